@@ -1,0 +1,123 @@
+//! The embedding agent's side of application.
+
+use std::collections::BTreeMap;
+
+use super::record::{EffectValue, EffectWrite, ExternalIntent};
+use crate::model::{AgentId, DeclineReason, GovernedKey, Obligation, Timestamp};
+use crate::polarity::{ANUMATI_KIND, OAUTH_KIND, PHALA_KIND};
+use crate::principal::{Authorization, WeightRange};
+
+/// What the receiver knows when it asks the applier.
+#[derive(Debug)]
+pub struct ApplyContext<'a> {
+    /// Now.
+    pub now: Timestamp,
+    /// The authenticated custodian.
+    pub custodian: &'a AgentId,
+    /// The governed key, if the kind's rule names one.
+    pub key: Option<&'a GovernedKey>,
+    /// Receiver-owned effect state, as committed plus this batch.
+    pub effects: &'a BTreeMap<String, EffectValue>,
+    /// True when the obligation was deferred before and is asked again.
+    pub previously_deferred: bool,
+}
+
+/// The applier's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApplyDecision {
+    /// Apply: these writes to receiver-owned state are committed in the
+    /// same record as the ledger entry (AB-3).
+    Apply(Vec<EffectWrite>),
+    /// Accountably refuse.
+    Decline {
+        /// Typed reason.
+        reason: DeclineReason,
+        /// Free text.
+        detail: Option<String>,
+    },
+    /// Not yet: received, will decide later.
+    Defer {
+        /// Free text.
+        detail: Option<String>,
+    },
+    /// An effect outside receiver-owned state: record this intent durably,
+    /// then execute it (dual-write boundary).
+    External(ExternalIntent),
+}
+
+/// Decides what applying an obligation means for this agent. Must not
+/// perform external side effects itself: it returns the effect to commit,
+/// or an [`ExternalIntent`] to run after the intent is durable.
+pub trait Applier {
+    /// Decides one obligation.
+    fn decide(&mut self, ctx: &ApplyContext<'_>, obligation: &Obligation) -> ApplyDecision;
+}
+
+impl<F> Applier for F
+where
+    F: FnMut(&ApplyContext<'_>, &Obligation) -> ApplyDecision,
+{
+    fn decide(&mut self, ctx: &ApplyContext<'_>, obligation: &Obligation) -> ApplyDecision {
+        self(ctx, obligation)
+    }
+}
+
+/// Applies the three standard kinds to receiver-owned state: Anumati and
+/// OAuth set the key's authorization; Phala adds the delta to the belief
+/// weight, clipped. Other kinds are declined `unsupported_kind`.
+#[derive(Debug, Clone, Default)]
+pub struct StandardApplier {
+    /// Clip range of belief weights.
+    pub weights: WeightRange,
+}
+
+impl Applier for StandardApplier {
+    fn decide(&mut self, ctx: &ApplyContext<'_>, ob: &Obligation) -> ApplyDecision {
+        let Some(key) = ctx.key else {
+            return ApplyDecision::Decline {
+                reason: DeclineReason::UnsupportedKind,
+                detail: Some(format!("no applier for kind {}", ob.kind())),
+            };
+        };
+        let restrictive = |field: &str, grant_words: &[&str]| {
+            let v = ob.payload().get(field).and_then(|v| v.as_str());
+            !v.is_some_and(|s| grant_words.contains(&s))
+        };
+        match ob.kind().as_str() {
+            ANUMATI_KIND | OAUTH_KIND => {
+                let withhold = if ob.kind().as_str() == ANUMATI_KIND {
+                    restrictive("decision", &["grant"])
+                } else {
+                    restrictive("action", &["issue", "refresh"])
+                };
+                ApplyDecision::Apply(vec![EffectWrite {
+                    key: key.to_string(),
+                    value: EffectValue::Authorization(if withhold {
+                        Authorization::Withheld
+                    } else {
+                        Authorization::Granted
+                    }),
+                }])
+            }
+            PHALA_KIND => {
+                let delta = ob
+                    .payload()
+                    .get("weight_delta")
+                    .and_then(serde_json::Value::as_f64)
+                    .unwrap_or(0.0);
+                let current = match ctx.effects.get(key.as_str()) {
+                    Some(EffectValue::Weight(w)) => *w,
+                    _ => self.weights.initial,
+                };
+                ApplyDecision::Apply(vec![EffectWrite {
+                    key: key.to_string(),
+                    value: EffectValue::Weight(self.weights.clip(current + delta)),
+                }])
+            }
+            other => ApplyDecision::Decline {
+                reason: DeclineReason::UnsupportedKind,
+                detail: Some(format!("no applier for kind {other}")),
+            },
+        }
+    }
+}

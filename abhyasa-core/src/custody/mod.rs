@@ -1,0 +1,23 @@
+//! Custody: the custodian and receiver state machines, their durable
+//! records and the write-ahead gate between records and transmits.
+
+mod applier;
+mod custodian;
+mod outbox;
+mod receiver;
+mod record;
+
+pub use applier::{ApplyContext, ApplyDecision, Applier, StandardApplier};
+pub use custodian::{
+    AckBinding, AckDisposition, Custodian, CustodianConfig, CustodianEvent, CustodianStats,
+    CustodyProfile, IgnoredAck, Offered, Transmit,
+};
+pub use outbox::{CommitToken, RecordBatch};
+pub use receiver::{
+    CompleteError, ExternalOutcome, Received, Receiver, ReceiverConfig, ReceiverEvent,
+};
+pub use record::{
+    ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, EffectValue, EffectWrite,
+    ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord, PendingRecord, Reconciliation,
+    Record, ReceiverSnapshot, TerminalState, TerminalSummary,
+};

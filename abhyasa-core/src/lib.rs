@@ -1,0 +1,25 @@
+//! # abhyasa-core
+//!
+//! The sans-IO core of Abhyasa, a deliver-or-report protocol for governance
+//! obligations between agents: every admissible obligation ends
+//! **applied**, **declined**, or **escalated** with a principal-side
+//! fail-safe already applied. None is silently lost; none is applied twice.
+//!
+//! This crate never reads a clock, opens a socket or draws from a global
+//! RNG: time comes in as `now` arguments and randomness from seeds in the
+//! configuration. See [`custody::Custodian`] and [`custody::Receiver`] for
+//! the polling contracts, and `spec/protocol.md` for the normative rules.
+#![forbid(unsafe_code)]
+
+pub mod canonical;
+pub mod custody;
+pub mod error;
+pub mod json;
+pub mod model;
+pub mod polarity;
+pub mod principal;
+pub mod sim;
+pub mod wire;
+
+pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};
+pub use model::*;

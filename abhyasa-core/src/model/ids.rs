@@ -1,0 +1,214 @@
+//! Identity newtypes. Never bare `String`/`u64` in public signatures.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{FieldError, FieldProblem};
+
+/// Longest identifier accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
+    if s.is_empty() {
+        return Err(FieldError::new(field, FieldProblem::Empty));
+    }
+    if s.trim() != s {
+        return Err(FieldError::new(field, FieldProblem::Padded));
+    }
+    if s.len() > MAX_ID_BYTES {
+        return Err(FieldError::new(field, FieldProblem::TooLong { max: MAX_ID_BYTES }));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(FieldError::new(field, FieldProblem::ControlCharacter));
+    }
+    Ok(())
+}
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        $(#[$doc])*
+        ///
+        /// Non-empty, no leading/trailing white space, no control
+        /// characters, at most [`MAX_ID_BYTES`] bytes. Cheap to clone.
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            /// Validates and wraps an identifier.
+            pub fn new(s: impl AsRef<str>) -> Result<Self, FieldError> {
+                Self::parse_field($field, s.as_ref())
+            }
+
+            /// Validates, naming `field` in the error.
+            pub fn parse_field(field: &str, s: &str) -> Result<Self, FieldError> {
+                check_id(field, s)?;
+                Ok(Self(Arc::from(s)))
+            }
+
+            /// The identifier as a string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = FieldError;
+            fn from_str(s: &str) -> Result<Self, FieldError> {
+                Self::new(s)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                Self::new(&*s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// Stable identifier of an obligation; the AB-3 idempotency key
+    /// (together with the authenticated custodian).
+    ObligationId,
+    "obligation_id"
+);
+string_id!(
+    /// Identifier of an agent (custodian, receiver, principal).
+    AgentId,
+    "target"
+);
+string_id!(
+    /// Obligation kind; selects the polarity rule (e.g. `anumati.consent`).
+    Kind,
+    "kind"
+);
+string_id!(
+    /// The state an obligation governs (a consent scope, a routing weight, a
+    /// token), namespaced by kind and target so two different things never
+    /// share a key. Built by polarity rules.
+    GovernedKey,
+    "key"
+);
+
+/// Issuance order of obligations on one governed key (supersession guard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Sequence(pub u64);
+
+impl fmt::Display for Sequence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// SHA-256 content digest of an obligation's immutable fields.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// Parses 64 lowercase or uppercase hex digits.
+    pub fn from_hex(field: &str, s: &str) -> Result<Self, FieldError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s, &mut out)
+            .map_err(|e| FieldError::invalid(field, format!("not a 64-digit hex SHA-256 digest: {e}")))?;
+        Ok(Self(out))
+    }
+
+    /// Parses 32 raw bytes.
+    pub fn from_slice(field: &str, b: &[u8]) -> Result<Self, FieldError> {
+        let arr: [u8; 32] = b
+            .try_into()
+            .map_err(|_| FieldError::invalid(field, format!("digest must be 32 bytes, found {}", b.len())))?;
+        Ok(Self(arr))
+    }
+
+    /// Lowercase hex.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The first 8 bytes as a number (for seeding per-obligation streams).
+    pub fn prefix_u64(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[..8]);
+        u64::from_be_bytes(b)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", &self.to_hex()[..16])
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_hex("digest", &s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // C-T-2: empty and padded ids are typed errors naming the field.
+    #[test]
+    fn ids_reject_empty_padded_long_and_control() {
+        assert_eq!(ObligationId::new("").unwrap_err().problem, FieldProblem::Empty);
+        assert_eq!(ObligationId::new(" a").unwrap_err().problem, FieldProblem::Padded);
+        assert_eq!(ObligationId::new("a\t").unwrap_err().problem, FieldProblem::Padded);
+        assert_eq!(AgentId::new("a\u{7}b").unwrap_err().problem, FieldProblem::ControlCharacter);
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        assert_eq!(
+            Kind::new(&long).unwrap_err().problem,
+            FieldProblem::TooLong { max: MAX_ID_BYTES }
+        );
+        assert_eq!(ObligationId::new("").unwrap_err().field, "obligation_id");
+        assert!(ObligationId::new("ob-1").is_ok());
+    }
+
+    #[test]
+    fn digest_hex_round_trip() {
+        let d = Digest([0xab; 32]);
+        assert_eq!(Digest::from_hex("digest", &d.to_hex()).unwrap(), d);
+        assert!(Digest::from_hex("digest", "abc").is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! The protocol's data model: identities, obligations, acks, safe actions,
+//! escalations and kind profiles.
+
+mod ack;
+mod ids;
+mod obligation;
+mod profile;
+mod safe;
+mod time;
+
+pub use ack::{AckStatus, CustodyAck, DeclineReason};
+pub use ids::{AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, MAX_ID_BYTES};
+pub use obligation::{
+    Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS, MAX_PAYLOAD_BYTES, MAX_RETRIES_LIMIT,
+};
+pub(crate) use profile::check_sizing;
+pub use profile::{min_retries_to_span, Backoff, DeclinePolicy, KindProfile};
+pub(crate) use safe::ESCALATION_EVENT_TYPE;
+pub use safe::{
+    Escalation, EscalationCause, EscalationTrigger, GuardOutcome, SafeAction, SafeEffect,
+};
+pub use time::Timestamp;
+pub(crate) use obligation::json_type as obligation_json_type;

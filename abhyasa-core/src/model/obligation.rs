@@ -1,0 +1,499 @@
+//! The obligation: a message whose receiver must honor the constraint it
+//! carries.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::{AgentId, Digest, Kind, ObligationId, Sequence, Timestamp};
+use crate::canonical::{self, MAX_SAFE_INTEGER};
+use crate::error::{FieldError, FieldProblem};
+
+/// Largest accepted payload, in bytes of its canonical JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Largest accepted `max_retries` (anything above is absurd: at a 1 s cap it
+/// is more than a day of retries).
+pub const MAX_RETRIES_LIMIT: u32 = 100_000;
+/// Largest accepted `deadline_seconds` (ten years).
+pub const MAX_DEADLINE_SECONDS: u64 = 10 * 366 * 24 * 3600;
+/// Deepest accepted payload nesting.
+const MAX_PAYLOAD_DEPTH: usize = 32;
+
+/// The invariant-specific body of an obligation: a JSON object, validated
+/// for interoperable numbers, depth and size, with its canonical (JCS) form
+/// cached.
+#[derive(Clone, PartialEq)]
+pub struct Payload {
+    map: Map<String, Value>,
+    canonical: String,
+}
+
+impl Payload {
+    /// Validates a JSON object as a payload.
+    pub fn new(map: Map<String, Value>) -> Result<Self, FieldError> {
+        for (k, v) in &map {
+            check_value(v, 1, &format!("payload.{k}"))?;
+        }
+        let mut canonical = String::new();
+        canonical::write_object(&map, &mut canonical);
+        if canonical.len() > MAX_PAYLOAD_BYTES {
+            return Err(FieldError::new(
+                "payload",
+                FieldProblem::TooLong {
+                    max: MAX_PAYLOAD_BYTES,
+                },
+            ));
+        }
+        Ok(Self { map, canonical })
+    }
+
+    /// Parses a payload from its JSON text (e.g. from a protobuf frame).
+    pub fn from_json_bytes(bytes: &[u8]) -> Result<Self, FieldError> {
+        if bytes.len() > MAX_PAYLOAD_BYTES * 4 {
+            return Err(FieldError::new(
+                "payload",
+                FieldProblem::TooLong {
+                    max: MAX_PAYLOAD_BYTES,
+                },
+            ));
+        }
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| FieldError::invalid("payload", format!("not JSON: {e}")))?;
+        match v {
+            Value::Object(m) => Self::new(m),
+            other => Err(FieldError::wrong_type("payload", "object", json_type(&other))),
+        }
+    }
+
+    /// An empty payload.
+    pub fn empty() -> Self {
+        Self {
+            map: Map::new(),
+            canonical: "{}".to_string(),
+        }
+    }
+
+    /// The fields.
+    pub fn as_map(&self) -> &Map<String, Value> {
+        &self.map
+    }
+
+    /// One field.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key)
+    }
+
+    /// The canonical JSON text (RFC 8785).
+    pub fn canonical_json(&self) -> &str {
+        &self.canonical
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.canonical)
+    }
+}
+
+/// The JSON type name of a value, for error messages.
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn check_value(v: &Value, depth: usize, path: &str) -> Result<(), FieldError> {
+    if depth > MAX_PAYLOAD_DEPTH {
+        return Err(FieldError::invalid(
+            "payload",
+            format!("nested deeper than {MAX_PAYLOAD_DEPTH} levels"),
+        ));
+    }
+    match v {
+        Value::Number(n) => {
+            let ok = if let Some(i) = n.as_i64() {
+                i.unsigned_abs() <= MAX_SAFE_INTEGER
+            } else if let Some(u) = n.as_u64() {
+                u <= MAX_SAFE_INTEGER
+            } else {
+                n.as_f64().is_some_and(f64::is_finite)
+            };
+            if !ok {
+                return Err(FieldError::new(
+                    path,
+                    FieldProblem::OutOfRange {
+                        allowed: "finite numbers; integers within ±(2^53-1)".into(),
+                    },
+                ));
+            }
+        }
+        Value::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                check_value(item, depth + 1, &format!("{path}[{i}]"))?;
+            }
+        }
+        Value::Object(m) => {
+            for (k, item) in m {
+                check_value(item, depth + 1, &format!("{path}.{k}"))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+struct Inner {
+    obligation_id: ObligationId,
+    kind: Kind,
+    target: AgentId,
+    payload: Payload,
+    deadline_seconds: u64,
+    max_retries: u32,
+    created_at: Timestamp,
+    sequence: Option<Sequence>,
+    digest: Digest,
+}
+
+/// A governance obligation. Immutable once built; cheap to clone (shared).
+///
+/// Invariants, checked when it is built or parsed: identifiers valid,
+/// `0 < deadline_seconds <= MAX_DEADLINE_SECONDS`,
+/// `max_retries <= MAX_RETRIES_LIMIT`, payload a valid [`Payload`]. The
+/// content [`Digest`] is computed once, at construction.
+#[derive(Clone)]
+pub struct Obligation(Arc<Inner>);
+
+impl Obligation {
+    /// Starts a builder.
+    pub fn builder() -> ObligationBuilder {
+        ObligationBuilder::default()
+    }
+
+    /// The idempotency key.
+    pub fn id(&self) -> &ObligationId {
+        &self.0.obligation_id
+    }
+    /// The kind (selects the polarity rule).
+    pub fn kind(&self) -> &Kind {
+        &self.0.kind
+    }
+    /// The receiver that must honor it.
+    pub fn target(&self) -> &AgentId {
+        &self.0.target
+    }
+    /// The body.
+    pub fn payload(&self) -> &Payload {
+        &self.0.payload
+    }
+    /// Custody deadline relative to `created_at`, in seconds.
+    pub fn deadline_seconds(&self) -> u64 {
+        self.0.deadline_seconds
+    }
+    /// Retries after the first attempt: at most `1 + max_retries` attempts.
+    pub fn max_retries(&self) -> u32 {
+        self.0.max_retries
+    }
+    /// Issue time.
+    pub fn created_at(&self) -> Timestamp {
+        self.0.created_at
+    }
+    /// Issuance order on its governed key, if set-semantic.
+    pub fn sequence(&self) -> Option<Sequence> {
+        self.0.sequence
+    }
+    /// Content digest of the immutable fields.
+    pub fn digest(&self) -> Digest {
+        self.0.digest
+    }
+    /// The absolute deadline: `created_at + deadline_seconds`. Never
+    /// restarted (AB-2).
+    pub fn deadline_at(&self) -> Timestamp {
+        self.0
+            .created_at
+            .saturating_add(Duration::from_secs(self.0.deadline_seconds))
+    }
+
+    /// The JSON object of the eight v1 fields, in canonical value form.
+    pub fn v1_object(&self) -> Map<String, Value> {
+        v1_object(&self.0)
+    }
+}
+
+fn v1_object(o: &Inner) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("obligation_id".into(), Value::from(o.obligation_id.as_str()));
+    m.insert("kind".into(), Value::from(o.kind.as_str()));
+    m.insert("target".into(), Value::from(o.target.as_str()));
+    m.insert("payload".into(), Value::Object(o.payload.as_map().clone()));
+    m.insert("deadline_seconds".into(), Value::from(o.deadline_seconds));
+    m.insert("max_retries".into(), Value::from(o.max_retries));
+    m.insert("created_at".into(), Value::from(o.created_at.to_rfc3339()));
+    if let Some(s) = o.sequence {
+        m.insert("sequence".into(), Value::from(s.0));
+    }
+    m
+}
+
+fn compute_digest(o: &Inner) -> Digest {
+    // JCS of the v1 object, written directly to avoid cloning the payload.
+    let mut s = String::with_capacity(128 + o.payload.canonical.len());
+    s.push('{');
+    let field = |name: &str, first: bool, s: &mut String| {
+        if !first {
+            s.push(',');
+        }
+        s.push('"');
+        s.push_str(name);
+        s.push_str("\":");
+    };
+    // Member names are ASCII, so UTF-16 order equals byte order:
+    // created_at, deadline_seconds, kind, max_retries, obligation_id,
+    // payload, sequence, target.
+    field("created_at", true, &mut s);
+    canonical::write_jcs(&Value::from(o.created_at.to_rfc3339()), &mut s);
+    field("deadline_seconds", false, &mut s);
+    s.push_str(&o.deadline_seconds.to_string());
+    field("kind", false, &mut s);
+    canonical::write_jcs(&Value::from(o.kind.as_str()), &mut s);
+    field("max_retries", false, &mut s);
+    s.push_str(&o.max_retries.to_string());
+    field("obligation_id", false, &mut s);
+    canonical::write_jcs(&Value::from(o.obligation_id.as_str()), &mut s);
+    field("payload", false, &mut s);
+    s.push_str(&o.payload.canonical);
+    if let Some(seq) = o.sequence {
+        field("sequence", false, &mut s);
+        s.push_str(&seq.0.to_string());
+    }
+    field("target", false, &mut s);
+    canonical::write_jcs(&Value::from(o.target.as_str()), &mut s);
+    s.push('}');
+    Digest(canonical::sha256(s.as_bytes()))
+}
+
+impl PartialEq for Obligation {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.digest == other.0.digest
+                && self.0.obligation_id == other.0.obligation_id
+                && self.0.payload == other.0.payload
+                && self.0.created_at == other.0.created_at
+                && self.0.sequence == other.0.sequence
+                && self.0.deadline_seconds == other.0.deadline_seconds
+                && self.0.max_retries == other.0.max_retries
+                && self.0.kind == other.0.kind
+                && self.0.target == other.0.target)
+    }
+}
+
+impl fmt::Debug for Obligation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Obligation")
+            .field("obligation_id", &self.0.obligation_id.as_str())
+            .field("kind", &self.0.kind.as_str())
+            .field("target", &self.0.target.as_str())
+            .field("payload", &self.0.payload)
+            .field("deadline_seconds", &self.0.deadline_seconds)
+            .field("max_retries", &self.0.max_retries)
+            .field("created_at", &self.0.created_at)
+            .field("sequence", &self.0.sequence)
+            .field("digest", &self.0.digest)
+            .finish()
+    }
+}
+
+/// Builds an [`Obligation`], validating every field and naming the first
+/// bad one in the error.
+#[derive(Debug, Default, Clone)]
+pub struct ObligationBuilder {
+    obligation_id: Option<String>,
+    kind: Option<String>,
+    target: Option<String>,
+    payload: Option<Value>,
+    deadline_seconds: Option<i128>,
+    max_retries: Option<i128>,
+    created_at: Option<Timestamp>,
+    sequence: Option<i128>,
+}
+
+impl ObligationBuilder {
+    /// Sets `obligation_id`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.obligation_id = Some(id.into());
+        self
+    }
+    /// Sets `kind`.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+    /// Sets `target`.
+    pub fn target(mut self, target: impl Into<String>) -> Self {
+        self.target = Some(target.into());
+        self
+    }
+    /// Sets the payload from a JSON value (must be an object).
+    pub fn payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+    /// Sets `deadline_seconds`.
+    pub fn deadline_seconds(mut self, s: i64) -> Self {
+        self.deadline_seconds = Some(i128::from(s));
+        self
+    }
+    /// Sets `max_retries`.
+    pub fn max_retries(mut self, r: i64) -> Self {
+        self.max_retries = Some(i128::from(r));
+        self
+    }
+    /// Sets `created_at`.
+    pub fn created_at(mut self, t: Timestamp) -> Self {
+        self.created_at = Some(t);
+        self
+    }
+    /// Sets `sequence`.
+    pub fn sequence(mut self, s: u64) -> Self {
+        self.sequence = Some(i128::from(s));
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build(self) -> Result<Obligation, FieldError> {
+        let obligation_id = ObligationId::parse_field(
+            "obligation_id",
+            self.obligation_id
+                .as_deref()
+                .ok_or_else(|| FieldError::missing("obligation_id"))?,
+        )?;
+        let kind = Kind::parse_field(
+            "kind",
+            self.kind.as_deref().ok_or_else(|| FieldError::missing("kind"))?,
+        )?;
+        let target = AgentId::parse_field(
+            "target",
+            self.target.as_deref().ok_or_else(|| FieldError::missing("target"))?,
+        )?;
+        let payload = match self.payload {
+            None => Payload::empty(),
+            Some(Value::Object(m)) => Payload::new(m)?,
+            Some(other) => return Err(FieldError::wrong_type("payload", "object", json_type(&other))),
+        };
+        let deadline_seconds = check_range(
+            "deadline_seconds",
+            self.deadline_seconds
+                .ok_or_else(|| FieldError::missing("deadline_seconds"))?,
+            1,
+            i128::from(MAX_DEADLINE_SECONDS),
+        )? as u64;
+        let max_retries = check_range(
+            "max_retries",
+            self.max_retries.ok_or_else(|| FieldError::missing("max_retries"))?,
+            0,
+            i128::from(MAX_RETRIES_LIMIT),
+        )? as u32;
+        let created_at = self
+            .created_at
+            .ok_or_else(|| FieldError::missing("created_at"))?;
+        let sequence = match self.sequence {
+            None => None,
+            Some(s) => Some(Sequence(
+                check_range("sequence", s, 0, i128::from(u64::MAX))? as u64,
+            )),
+        };
+        let mut inner = Inner {
+            obligation_id,
+            kind,
+            target,
+            payload,
+            deadline_seconds,
+            max_retries,
+            created_at,
+            sequence,
+            digest: Digest([0; 32]),
+        };
+        inner.digest = compute_digest(&inner);
+        Ok(Obligation(Arc::new(inner)))
+    }
+}
+
+fn check_range(field: &str, v: i128, lo: i128, hi: i128) -> Result<i128, FieldError> {
+    if v < lo || v > hi {
+        return Err(FieldError::new(
+            field,
+            FieldProblem::OutOfRange {
+                allowed: format!("{lo}..={hi}"),
+            },
+        ));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> ObligationBuilder {
+        Obligation::builder()
+            .id("ob-1")
+            .kind("anumati.consent")
+            .target("agent-b")
+            .payload(json!({"decision": "revoke", "scope": "email.read"}))
+            .deadline_seconds(600)
+            .max_retries(64)
+            .created_at(Timestamp::from_unix_seconds(1_780_000_000))
+    }
+
+    // C-T-2: non-positive deadline, negative/absurd retries, oversize payload.
+    #[test]
+    fn builder_rejects_bad_fields_naming_them() {
+        assert_eq!(base().deadline_seconds(0).build().unwrap_err().field, "deadline_seconds");
+        assert_eq!(base().deadline_seconds(-5).build().unwrap_err().field, "deadline_seconds");
+        assert_eq!(base().max_retries(-1).build().unwrap_err().field, "max_retries");
+        assert_eq!(base().max_retries(1 << 40).build().unwrap_err().field, "max_retries");
+        let big = "x".repeat(MAX_PAYLOAD_BYTES);
+        let e = base().payload(json!({ "blob": big })).build().unwrap_err();
+        assert_eq!(e.field, "payload");
+        assert!(matches!(e.problem, FieldProblem::TooLong { .. }));
+        let e = base().payload(json!({ "n": 1u64 << 60 })).build().unwrap_err();
+        assert_eq!(e.field, "payload.n");
+        assert_eq!(base().id("").build().unwrap_err().field, "obligation_id");
+        assert_eq!(base().payload(json!([1])).build().unwrap_err().field, "payload");
+    }
+
+    #[test]
+    fn digest_depends_on_every_field_and_is_stable() {
+        let a = base().build().unwrap();
+        let b = base().build().unwrap();
+        assert_eq!(a.digest(), b.digest());
+        for other in [
+            base().id("ob-2"),
+            base().kind("oauth.token"),
+            base().target("agent-c"),
+            base().payload(json!({"decision": "grant", "scope": "email.read"})),
+            base().deadline_seconds(601),
+            base().max_retries(65),
+            base().created_at(Timestamp::from_unix_seconds(1_780_000_001)),
+            base().sequence(0),
+        ] {
+            assert_ne!(other.build().unwrap().digest(), a.digest());
+        }
+        // The fast digest path equals SHA-256 over JCS of the v1 object.
+        let mut s = String::new();
+        crate::canonical::write_object(&a.v1_object(), &mut s);
+        assert_eq!(a.digest().0, crate::canonical::sha256(s.as_bytes()));
+        let c = base().sequence(7).build().unwrap();
+        let mut s = String::new();
+        crate::canonical::write_object(&c.v1_object(), &mut s);
+        assert_eq!(c.digest().0, crate::canonical::sha256(s.as_bytes()));
+    }
+}

@@ -1,0 +1,533 @@
+//! A seeded abstract lossy channel between one custodian and one receiver,
+//! in virtual time, with an invariant check on every transfer.
+//!
+//! This is the deliver-or-report sweep of the conformance suite (C-DOR-1..3)
+//! and the engine of `abhyasa-sim sweep`. Transfer `i` of a sweep with seed
+//! `s` draws everything it needs (link rates, the receiver's decision, every
+//! loss and delay) from ChaCha8 stream `i` of seed `s`, so transfers are
+//! independent: a sweep can be split across threads or machines and merged
+//! into exactly the result of one run.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+
+use crate::custody::{
+    ApplyContext, ApplyDecision, Applier, Custodian, CustodianConfig, CustodianEvent, CustodyProfile,
+    LedgerOutcome, Receiver, ReceiverConfig, TerminalState, Transmit,
+};
+use crate::model::{AgentId, Backoff, DeclineReason, Obligation, ObligationId, Timestamp};
+use crate::polarity::PolarityRegistry;
+use crate::wire::Message;
+
+/// Loss model of one transfer's link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkProfile {
+    /// Probability an obligation frame is lost.
+    pub drop: f64,
+    /// Probability a delivered obligation frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability an ack frame is lost.
+    pub ack_drop: f64,
+    /// Probability a frame is held back (reordered behind later frames).
+    pub reorder: f64,
+    /// One-way latency.
+    pub latency: Duration,
+    /// Largest extra delay of a reordered frame.
+    pub reorder_delay: Duration,
+}
+
+impl LinkProfile {
+    /// A lossless link.
+    pub fn lossless() -> Self {
+        Self {
+            drop: 0.0,
+            duplicate: 0.0,
+            ack_drop: 0.0,
+            reorder: 0.0,
+            latency: Duration::from_millis(20),
+            reorder_delay: Duration::from_secs(5),
+        }
+    }
+
+    /// A link that loses everything.
+    pub fn partitioned() -> Self {
+        Self {
+            drop: 1.0,
+            ack_drop: 1.0,
+            ..Self::lossless()
+        }
+    }
+}
+
+/// What the simulated receiver decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimDecision {
+    /// Apply.
+    Apply,
+    /// Decline (policy).
+    Decline,
+    /// Defer every time it is asked.
+    Defer,
+}
+
+/// Sweep parameters.
+#[derive(Clone, Debug)]
+pub struct SweepConfig {
+    /// Master seed.
+    pub seed: u64,
+    /// Deadline of every obligation, seconds.
+    pub deadline_seconds: i64,
+    /// `max_retries` of every obligation.
+    pub max_retries: i64,
+    /// Custodian backoff.
+    pub backoff: Backoff,
+    /// Fraction of transfers that are benign (best-effort).
+    pub benign_fraction: f64,
+    /// Probability the receiver defers (the rest splits 2:1 apply:decline).
+    pub defer_probability: f64,
+    /// Fixed link instead of rates drawn uniformly in `[0, 1)` per transfer.
+    pub fixed_link: Option<LinkProfile>,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self {
+            seed: 20260609,
+            deadline_seconds: 600,
+            max_retries: 64,
+            backoff: Backoff {
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(64),
+                jitter: 0.1,
+            },
+            benign_fraction: 0.1,
+            defer_probability: 0.0,
+            fixed_link: None,
+        }
+    }
+}
+
+/// A broken invariant, with the transfer that broke it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    /// Transfer index.
+    pub transfer: u64,
+    /// What broke.
+    pub what: String,
+}
+
+/// Aggregate outcome of a sweep (merge shards with [`SweepReport::merge`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SweepReport {
+    /// Transfers run.
+    pub transfers: u64,
+    /// Ended applied.
+    pub applied: u64,
+    /// Ended declined.
+    pub declined: u64,
+    /// Ended escalated.
+    pub escalated: u64,
+    /// Benign, sent best-effort.
+    pub best_effort: u64,
+    /// Obligation transmissions, all transfers.
+    pub total_attempts: u64,
+    /// Escalated although the receiver applied (over-protection, allowed).
+    pub spurious_escalations: u64,
+    /// Late acks recorded for reconciliation.
+    pub late_acks: u64,
+    /// Invariant violations (must be empty).
+    pub violations: Vec<Violation>,
+    /// Per-transfer terminal states, in transfer order (for replay checks).
+    pub outcomes: Vec<TerminalState>,
+}
+
+impl SweepReport {
+    /// Mean attempts per transfer.
+    pub fn mean_attempts(&self) -> f64 {
+        if self.transfers == 0 {
+            0.0
+        } else {
+            self.total_attempts as f64 / self.transfers as f64
+        }
+    }
+
+    /// Adds another shard's counts (shards must be merged in shard order
+    /// for `outcomes` to be in transfer order).
+    pub fn merge(&mut self, other: SweepReport) {
+        self.transfers += other.transfers;
+        self.applied += other.applied;
+        self.declined += other.declined;
+        self.escalated += other.escalated;
+        self.best_effort += other.best_effort;
+        self.total_attempts += other.total_attempts;
+        self.spurious_escalations += other.spurious_escalations;
+        self.late_acks += other.late_acks;
+        self.violations.extend(other.violations);
+        self.outcomes.extend(other.outcomes);
+    }
+}
+
+/// The simulated receiver's applier: applies, declines or defers as told,
+/// and counts real applications (ground truth for effectively-once).
+#[derive(Debug, Default)]
+pub struct SimApplier {
+    /// What to decide.
+    pub decision: Option<SimDecision>,
+    /// Applications per obligation, with the instant of the last one.
+    pub applied: HashMap<ObligationId, (u32, Timestamp)>,
+}
+
+impl Applier for SimApplier {
+    fn decide(&mut self, ctx: &ApplyContext<'_>, ob: &Obligation) -> ApplyDecision {
+        match self.decision.unwrap_or(SimDecision::Apply) {
+            SimDecision::Apply => {
+                let e = self.applied.entry(ob.id().clone()).or_insert((0, ctx.now));
+                e.0 += 1;
+                e.1 = ctx.now;
+                ApplyDecision::Apply(Vec::new())
+            }
+            SimDecision::Decline => ApplyDecision::Decline {
+                reason: DeclineReason::Policy,
+                detail: None,
+            },
+            SimDecision::Defer => ApplyDecision::Defer { detail: None },
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Hop {
+    ToReceiver,
+    ToCustodian,
+}
+
+/// One custodian, one receiver and the channel between them.
+#[derive(Debug)]
+pub struct Pair {
+    /// The custodian.
+    pub custodian: Custodian,
+    /// The receiver.
+    pub receiver: Receiver,
+    /// The receiver's applier.
+    pub applier: SimApplier,
+    custodian_id: AgentId,
+    receiver_id: AgentId,
+    queue: BinaryHeap<Reverse<(Timestamp, u64, HopMsg)>>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct HopMsg(Hop, Message);
+
+impl PartialEq for HopMsg {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for HopMsg {}
+impl PartialOrd for HopMsg {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HopMsg {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+/// Result of one transfer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransferResult {
+    /// How it ended at the custodian (`None`: it did not end — a violation).
+    pub outcome: Option<TerminalState>,
+    /// Obligation transmissions.
+    pub attempts: u64,
+    /// Real applications at the receiver.
+    pub applications: u32,
+    /// A late ack was recorded.
+    pub late_ack: bool,
+}
+
+impl Pair {
+    /// A pair with the standard registry.
+    pub fn new(seed: u64, backoff: Backoff) -> Self {
+        let custodian_id = AgentId::new("custodian").unwrap_or_else(|_| unreachable!());
+        let receiver_id = AgentId::new("receiver").unwrap_or_else(|_| unreachable!());
+        let mut cc = CustodianConfig::new(custodian_id.clone());
+        cc.seed = seed;
+        cc.default_profile = CustodyProfile {
+            backoff,
+            ..CustodyProfile::default()
+        };
+        let mut rc = ReceiverConfig::new(receiver_id.clone());
+        rc.skew_margin = Duration::from_secs(1);
+        Self {
+            custodian: Custodian::new(cc, PolarityRegistry::standard()),
+            receiver: Receiver::new(rc, PolarityRegistry::standard()),
+            applier: SimApplier::default(),
+            custodian_id,
+            receiver_id,
+            queue: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+
+    /// The receiver's agent id.
+    pub fn receiver_id(&self) -> &AgentId {
+        &self.receiver_id
+    }
+
+    fn send(&mut self, now: Timestamp, t: Transmit, link: &LinkProfile, rng: &mut ChaCha8Rng) -> u64 {
+        let (hop, loss) = if t.to == self.receiver_id {
+            (Hop::ToReceiver, link.drop)
+        } else {
+            (Hop::ToCustodian, link.ack_drop)
+        };
+        let is_obligation = matches!(t.message, Message::Obligation(_));
+        if rng.random::<f64>() < loss {
+            return u64::from(is_obligation);
+        }
+        let copies = if hop == Hop::ToReceiver && rng.random::<f64>() < link.duplicate {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut at = now.saturating_add(link.latency);
+            if rng.random::<f64>() < link.reorder {
+                at = at.saturating_add(link.reorder_delay.mul_f64(rng.random::<f64>()));
+            }
+            self.seq += 1;
+            let msg = HopMsg(
+                if hop == Hop::ToReceiver { Hop::ToReceiver } else { Hop::ToCustodian },
+                t.message.clone(),
+            );
+            self.queue.push(Reverse((at, self.seq, msg)));
+        }
+        u64::from(is_obligation)
+    }
+
+    /// Commits both sides' records (the abstract channel's store never
+    /// crashes) and moves released transmits onto the channel. Returns the
+    /// obligation transmissions.
+    fn pump(&mut self, now: Timestamp, link: &LinkProfile, rng: &mut ChaCha8Rng) -> u64 {
+        let mut sent = 0;
+        loop {
+            let mut moved = false;
+            if let Some(b) = self.custodian.poll_records() {
+                self.custodian.handle_committed(b.token());
+            }
+            if let Some(b) = self.receiver.poll_records() {
+                self.receiver.handle_committed(b.token());
+            }
+            while let Some(t) = self.custodian.poll_transmit() {
+                sent += self.send(now, t, link, rng);
+                moved = true;
+            }
+            while let Some(t) = self.receiver.poll_transmit() {
+                self.send(now, t, link, rng);
+                moved = true;
+            }
+            while self.custodian.poll_event().is_some() {}
+            while self.receiver.poll_event().is_some() {}
+            if !moved {
+                return sent;
+            }
+        }
+    }
+
+    /// Runs one obligation to the end of custody and drains the channel.
+    pub fn run_transfer(
+        &mut self,
+        start: Timestamp,
+        ob: Obligation,
+        link: &LinkProfile,
+        decision: SimDecision,
+        rng: &mut ChaCha8Rng,
+    ) -> TransferResult {
+        self.applier.decision = Some(decision);
+        let id = ob.id().clone();
+        let late_before = self.custodian.stats().late_acks;
+        let mut now = start;
+        let mut attempts = 0;
+        if self.custodian.offer(now, ob).is_err() {
+            return TransferResult {
+                outcome: None,
+                attempts: 0,
+                applications: 0,
+                late_ack: false,
+            };
+        }
+        attempts += self.pump(now, link, rng);
+        loop {
+            let next_msg = self.queue.peek().map(|Reverse((t, _, _))| *t);
+            let next_timer = self.custodian.poll_timeout();
+            let next = match (next_msg, next_timer) {
+                (None, None) => break,
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+            };
+            now = now.max(next);
+            if next_msg.is_some_and(|t| t <= now) {
+                if let Some(Reverse((_, _, HopMsg(hop, msg)))) = self.queue.pop() {
+                    self.deliver(now, hop, msg);
+                }
+            } else {
+                self.custodian.handle_timeout(now);
+            }
+            attempts += self.pump(now, link, rng);
+        }
+        TransferResult {
+            outcome: self.custodian.terminal(&id).map(|t| t.state),
+            attempts,
+            applications: self.applier.applied.get(&id).map_or(0, |a| a.0),
+            late_ack: self.custodian.stats().late_acks > late_before,
+        }
+    }
+
+    fn deliver(&mut self, now: Timestamp, hop: Hop, msg: Message) {
+        match (hop, msg) {
+            (Hop::ToReceiver, Message::Obligation(o)) => {
+                let from = self.custodian_id.clone();
+                let _ = self
+                    .receiver
+                    .handle_obligation(now, &from, o, &mut self.applier);
+            }
+            (Hop::ToCustodian, Message::Acks(acks)) => {
+                let from = self.receiver_id.clone();
+                for a in &acks {
+                    let _ = self.custodian.handle_ack(now, &from, a);
+                }
+            }
+            (Hop::ToCustodian, Message::Error(e)) => {
+                let from = self.receiver_id.clone();
+                self.custodian.handle_error(now, &from, &e);
+            }
+            _ => {}
+        }
+    }
+
+    /// Drains custodian events (for tests that inspect escalations).
+    pub fn custodian_events(&mut self) -> Vec<CustodianEvent> {
+        std::iter::from_fn(|| self.custodian.poll_event()).collect()
+    }
+}
+
+/// The rng of transfer `index` of a sweep seeded `seed`.
+pub fn transfer_rng(seed: u64, index: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(index);
+    rng
+}
+
+/// Start instant of every transfer (virtual time).
+pub const SIM_EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
+
+/// Runs transfers `range` of a sweep; the union of disjoint ranges equals
+/// one run over their union.
+pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepReport {
+    let mut pair = Pair::new(cfg.seed, cfg.backoff);
+    let mut report = SweepReport::default();
+    for i in range {
+        let mut rng = transfer_rng(cfg.seed, i);
+        let link = cfg.fixed_link.unwrap_or_else(|| LinkProfile {
+            drop: rng.random(),
+            duplicate: rng.random(),
+            ack_drop: rng.random(),
+            reorder: rng.random(),
+            ..LinkProfile::lossless()
+        });
+        let benign = rng.random::<f64>() < cfg.benign_fraction;
+        let decision = if rng.random::<f64>() < cfg.defer_probability {
+            SimDecision::Defer
+        } else if rng.random_range(0..3) < 2 {
+            SimDecision::Apply
+        } else {
+            SimDecision::Decline
+        };
+        let ob = sweep_obligation(cfg, i, benign);
+        let Ok(ob) = ob else {
+            report.violations.push(Violation {
+                transfer: i,
+                what: "could not build the obligation".into(),
+            });
+            continue;
+        };
+        let deadline_at = ob.deadline_at();
+        let max_attempts = 1 + ob.max_retries() as u64;
+        let id = ob.id().clone();
+        let r = pair.run_transfer(SIM_EPOCH, ob, &link, decision, &mut rng);
+        report.transfers += 1;
+        report.total_attempts += r.attempts;
+        report.late_acks += u64::from(r.late_ack);
+        let mut violate = |what: String| report.violations.push(Violation { transfer: i, what });
+        if r.applications > 1 {
+            violate(format!("applied {} times", r.applications));
+        }
+        if let Some((_, at)) = pair.applier.applied.get(&id) {
+            if *at >= deadline_at {
+                violate("applied at or after the deadline".into());
+            }
+        }
+        let ledger = pair.receiver.ledger_outcome(&pair.custodian_id, &id);
+        match (benign, r.outcome) {
+            (true, Some(TerminalState::BestEffort)) => {
+                if r.attempts != 1 {
+                    violate(format!("best-effort sent {} times", r.attempts));
+                }
+                report.best_effort += 1;
+            }
+            (true, other) => violate(format!("benign obligation ended {other:?}")),
+            (false, Some(TerminalState::Applied)) => {
+                if ledger != Some(LedgerOutcome::Applied) || r.applications != 1 {
+                    violate("custodian discharged applied but the receiver did not apply".into());
+                }
+                report.applied += 1;
+            }
+            (false, Some(TerminalState::Declined)) => {
+                if ledger != Some(LedgerOutcome::Declined) || r.applications != 0 {
+                    violate("custodian discharged declined but the receiver did not decline".into());
+                }
+                report.declined += 1;
+            }
+            (false, Some(TerminalState::Escalated)) => {
+                if r.applications == 1 {
+                    report.spurious_escalations += 1;
+                }
+                report.escalated += 1;
+            }
+            (false, other) => violate(format!("admissible obligation ended {other:?} (silent loss)")),
+        }
+        if !benign && r.attempts > max_attempts {
+            violate(format!("{} attempts exceed 1 + max_retries", r.attempts));
+        }
+        if let Some(o) = r.outcome {
+            report.outcomes.push(o);
+        }
+    }
+    report
+}
+
+fn sweep_obligation(cfg: &SweepConfig, i: u64, benign: bool) -> Result<Obligation, crate::FieldError> {
+    let payload = if benign {
+        json!({"weight_delta": 0.25, "weight_key": format!("w{i}")})
+    } else {
+        json!({"weight_delta": -0.4, "weight_key": format!("w{i}")})
+    };
+    Obligation::builder()
+        .id(format!("bu-{i}"))
+        .kind(crate::polarity::PHALA_KIND)
+        .target("receiver")
+        .payload(payload)
+        .deadline_seconds(cfg.deadline_seconds)
+        .max_retries(cfg.max_retries)
+        .created_at(SIM_EPOCH)
+        .build()
+}
