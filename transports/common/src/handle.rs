@@ -1,0 +1,141 @@
+//! The runtime-facing side: [`TransportHandle`] and [`Transport`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use abhyasa_core::wire::Envelope;
+use abhyasa_core::AgentId;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
+
+use crate::link::Shared;
+use crate::Incoming;
+
+/// A started transport: the handle to send with and the channel to receive
+/// from. Split it with a `let Transport { handle, incoming } = ...`.
+#[derive(Debug)]
+pub struct Transport {
+    /// Cloneable sending side.
+    pub handle: TransportHandle,
+    /// Frames, malformed-frame reports and connection events, in arrival
+    /// order per connection.
+    pub incoming: mpsc::Receiver<Incoming>,
+}
+
+/// Why [`TransportHandle::send`] did not queue a frame. Caller-side and
+/// local conditions only: a queued frame may still be lost in flight, and
+/// no variant means the peer did or did not get anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The peer is not in this transport's configured (pinned) peer set.
+    #[error("unknown peer {0}: not in the configured peer set")]
+    UnknownPeer(AgentId),
+    /// The peer is known but no authenticated connection to it is up; a
+    /// configured peer is being re-dialled.
+    #[error("no live connection to peer {0}")]
+    NotConnected(AgentId),
+    /// The connection's bounded send queue is full (backpressure).
+    #[error("send queue to peer {0} is full")]
+    QueueFull(AgentId),
+    /// The encoded envelope is larger than the frame limit; the peer would
+    /// refuse it.
+    #[error("frame of {size} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge {
+        /// Encoded size without the length prefix.
+        size: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// The envelope's `sender` is not this node; the peer would drop it as
+    /// unauthorized.
+    #[error("envelope sender {sender} is not this node ({local})")]
+    ForeignSender {
+        /// The sender in the envelope.
+        sender: AgentId,
+        /// This node's agent id.
+        local: AgentId,
+    },
+    /// The transport has been shut down.
+    #[error("transport is shut down")]
+    Closed,
+}
+
+/// Cloneable, non-blocking sending side of a transport. The transport shuts
+/// down when [`shutdown`](Self::shutdown) is called or the last clone is
+/// dropped.
+#[derive(Clone, Debug)]
+pub struct TransportHandle {
+    shared: Arc<Shared>,
+    _stop_on_drop: Arc<DropGuard>,
+}
+
+impl TransportHandle {
+    pub(crate) fn new(shared: Arc<Shared>, guard: DropGuard) -> Self {
+        Self {
+            shared,
+            _stop_on_drop: Arc::new(guard),
+        }
+    }
+
+    /// This node's agent id.
+    pub fn local(&self) -> &AgentId {
+        &self.shared.local
+    }
+
+    /// The address the transport listens on, if it listens.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.shared.local_addr()
+    }
+
+    /// Encodes `envelope` and queues it on the newest live connection to
+    /// `peer`. Never blocks. `Ok` means queued, not delivered: custody owns
+    /// retries.
+    pub fn send(&self, peer: &AgentId, envelope: &Envelope) -> Result<(), SendError> {
+        if self.shared.shutdown.is_cancelled() {
+            return Err(SendError::Closed);
+        }
+        if envelope.sender != self.shared.local {
+            return Err(SendError::ForeignSender {
+                sender: envelope.sender.clone(),
+                local: self.shared.local.clone(),
+            });
+        }
+        let body = envelope.encode();
+        let max = self.shared.config.max_frame;
+        if body.len() > max {
+            return Err(SendError::FrameTooLarge {
+                size: body.len(),
+                max,
+            });
+        }
+        let mut frame = Vec::with_capacity(body.len() + 10);
+        prost::encoding::encode_varint(body.len() as u64, &mut frame);
+        frame.extend_from_slice(&body);
+        self.shared.queue(peer, Bytes::from(frame))
+    }
+
+    /// Whether at least one authenticated connection to `peer` is up.
+    pub fn is_connected(&self, peer: &AgentId) -> bool {
+        self.shared.connections(peer) > 0
+    }
+
+    /// Peers with at least one live connection, sorted.
+    pub fn connected_peers(&self) -> Vec<AgentId> {
+        self.shared.peers_where(|n| n > 0)
+    }
+
+    /// Every peer this transport accepts, sorted.
+    pub fn known_peers(&self) -> Vec<AgentId> {
+        self.shared.peers_where(|_| true)
+    }
+
+    /// Stops dialling and accepting, closes every connection and waits for
+    /// the transport's tasks (and sockets) to finish. Idempotent.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+    }
+}

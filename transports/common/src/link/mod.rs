@@ -1,0 +1,354 @@
+//! Machinery for transport implementations: the peer table behind a
+//! [`TransportHandle`](crate::TransportHandle), one [`Link`] per
+//! authenticated connection, and dial loops.
+//!
+//! A transport crate creates a [`Registry`] with [`Registry::new`], adds
+//! its configured peers, and for every connection it has authenticated
+//! calls [`Registry::attach`]. It then moves bytes between its socket and
+//! the [`Link`]: frames from `outbound` to the wire, bytes from the wire
+//! into `inbound`. When the connection ends it calls
+//! [`LinkGuard::close`]. Connection events, the frame decoder and the
+//! sender binding check are handled here, once for every transport.
+
+mod dial;
+mod inbound;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use abhyasa_core::AgentId;
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use dial::DialError;
+pub use inbound::{decode_message, InboundSink, ReceiverGone};
+
+use crate::{Incoming, LinkConfig, SendError, Transport, TransportHandle};
+
+/// Why a connection could not be attached.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The authenticated peer is not in the peer table.
+    #[error("peer {0} is not configured")]
+    UnknownPeer(AgentId),
+    /// The transport is shutting down.
+    #[error("transport is shutting down")]
+    ShuttingDown,
+}
+
+/// The peer table and task set of one transport instance. Cheap to clone;
+/// clones share state. Holding a `Registry` does not keep the transport
+/// alive: it stops when its last [`TransportHandle`] is dropped.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    shared: Arc<Shared>,
+}
+
+/// One authenticated connection's end of the peer table.
+#[derive(Debug)]
+pub struct Link {
+    /// Detaches the connection from the table when closed or dropped.
+    pub guard: LinkGuard,
+    /// Encoded frames (length prefix included) to write to this
+    /// connection, in order.
+    pub outbound: mpsc::Receiver<Bytes>,
+    /// Where bytes read from this connection go.
+    pub inbound: InboundSink,
+}
+
+/// Keeps a connection registered. [`close`](Self::close) it when the
+/// connection ends so `Disconnected` is reported in order; dropping it
+/// detaches too, reporting from a spawned task.
+#[derive(Debug)]
+pub struct LinkGuard {
+    shared: Arc<Shared>,
+    peer: AgentId,
+    id: u64,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct PeerState {
+    /// Live connections, newest last; sends use the newest.
+    links: Vec<(u64, mpsc::Sender<Bytes>)>,
+    count: watch::Sender<usize>,
+}
+
+impl PeerState {
+    fn new() -> Self {
+        Self {
+            links: Vec::new(),
+            count: watch::Sender::new(0),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) local: AgentId,
+    pub(crate) config: LinkConfig,
+    peers: Mutex<HashMap<AgentId, PeerState>>,
+    /// Serialises connection events with the table changes that cause
+    /// them, so `Connected`/`Disconnected` reach the runtime in the order
+    /// the connection count changed.
+    events: tokio::sync::Mutex<()>,
+    incoming: mpsc::Sender<Incoming>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+    next_link: AtomicU64,
+    local_addr: Mutex<Option<SocketAddr>>,
+}
+
+impl Shared {
+    fn peers(&self) -> MutexGuard<'_, HashMap<AgentId, PeerState>> {
+        // A panic while holding the lock leaves the table consistent (every
+        // mutation is a single push/retain), so poisoning is ignored.
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        *self.local_addr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn queue(&self, peer: &AgentId, frame: Bytes) -> Result<(), SendError> {
+        let peers = self.peers();
+        let state = peers
+            .get(peer)
+            .ok_or_else(|| SendError::UnknownPeer(peer.clone()))?;
+        let (_, tx) = state
+            .links
+            .last()
+            .ok_or_else(|| SendError::NotConnected(peer.clone()))?;
+        tx.try_send(frame).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::QueueFull(peer.clone()),
+            mpsc::error::TrySendError::Closed(_) => SendError::NotConnected(peer.clone()),
+        })
+    }
+
+    pub(crate) fn connections(&self, peer: &AgentId) -> usize {
+        self.peers().get(peer).map_or(0, |s| s.links.len())
+    }
+
+    pub(crate) fn peers_where(&self, pred: impl Fn(usize) -> bool) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = self
+            .peers()
+            .iter()
+            .filter(|(_, s)| pred(s.links.len()))
+            .map(|(p, _)| p.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    async fn detach(&self, peer: &AgentId, id: u64) {
+        let _order = self.events.lock().await;
+        let last = self.remove_link(peer, id);
+        if last {
+            // The runtime may have dropped its receiver; nothing to report to.
+            let _ = self
+                .incoming
+                .send(Incoming::Disconnected(peer.clone()))
+                .await;
+        }
+    }
+
+    /// Removes one link; true if it was the peer's last.
+    fn remove_link(&self, peer: &AgentId, id: u64) -> bool {
+        let mut peers = self.peers();
+        let Some(state) = peers.get_mut(peer) else {
+            return false;
+        };
+        let before = state.links.len();
+        state.links.retain(|(i, _)| *i != id);
+        let after = state.links.len();
+        state.count.send_replace(after);
+        before > 0 && after == 0 && before != after
+    }
+}
+
+impl Registry {
+    /// A new, empty registry for `local`, and the [`Transport`] the runtime
+    /// will use. Must be called within a tokio runtime.
+    pub fn new(local: AgentId, config: LinkConfig) -> (Registry, Transport) {
+        let (tx, rx) = mpsc::channel(config.incoming_queue.max(1));
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            local,
+            config,
+            peers: Mutex::new(HashMap::new()),
+            events: tokio::sync::Mutex::new(()),
+            incoming: tx,
+            shutdown: shutdown.clone(),
+            tasks: TaskTracker::new(),
+            next_link: AtomicU64::new(1),
+            local_addr: Mutex::new(None),
+        });
+        let handle = TransportHandle::new(shared.clone(), shutdown.drop_guard());
+        (
+            Registry { shared },
+            Transport {
+                handle,
+                incoming: rx,
+            },
+        )
+    }
+
+    /// This node's agent id.
+    pub fn local(&self) -> &AgentId {
+        &self.shared.local
+    }
+
+    /// The link configuration.
+    pub fn config(&self) -> &LinkConfig {
+        &self.shared.config
+    }
+
+    /// Adds a peer this transport accepts and can send to. Idempotent.
+    pub fn add_peer(&self, peer: AgentId) {
+        self.shared
+            .peers()
+            .entry(peer)
+            .or_insert_with(PeerState::new);
+    }
+
+    /// Whether `peer` is in the table.
+    pub fn is_known(&self, peer: &AgentId) -> bool {
+        self.shared.peers().contains_key(peer)
+    }
+
+    /// Live connections to `peer`.
+    pub fn connections(&self, peer: &AgentId) -> usize {
+        self.shared.connections(peer)
+    }
+
+    /// Records the address the transport listens on (shown by the handle).
+    pub fn set_local_addr(&self, addr: SocketAddr) {
+        *self
+            .shared
+            .local_addr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(addr);
+    }
+
+    /// Cancelled when the transport shuts down; every task of the transport
+    /// must stop soon after.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// Whether the transport is shutting down.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn queue_raw(&self, peer: &AgentId, frame: Bytes) -> Result<(), SendError> {
+        self.shared.queue(peer, frame)
+    }
+
+    /// Spawns a task that [`TransportHandle::shutdown`] waits for.
+    pub fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.shared.tasks.spawn(fut)
+    }
+
+    /// Wraps `fut` so that [`TransportHandle::shutdown`] also waits for it
+    /// (for a task spawned by someone else's tracker).
+    pub fn track<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        self.shared.tasks.track_future(fut)
+    }
+
+    /// Registers an authenticated connection to `peer`. Reports
+    /// `Connected(peer)` if it is the peer's first, before any frame of the
+    /// connection can be delivered.
+    pub async fn attach(&self, peer: &AgentId) -> Result<Link, AttachError> {
+        if self.is_shutting_down() {
+            return Err(AttachError::ShuttingDown);
+        }
+        let shared = &self.shared;
+        let _order = shared.events.lock().await;
+        let (tx, rx) = mpsc::channel(shared.config.send_queue.max(1));
+        let id = shared.next_link.fetch_add(1, Ordering::Relaxed);
+        let first = {
+            let mut peers = shared.peers();
+            let state = peers
+                .get_mut(peer)
+                .ok_or_else(|| AttachError::UnknownPeer(peer.clone()))?;
+            state.links.push((id, tx));
+            let n = state.links.len();
+            state.count.send_replace(n);
+            n == 1
+        };
+        if first {
+            let _ = shared
+                .incoming
+                .send(Incoming::Connected(peer.clone()))
+                .await;
+        }
+        Ok(Link {
+            guard: LinkGuard {
+                shared: shared.clone(),
+                peer: peer.clone(),
+                id,
+                closed: false,
+            },
+            outbound: rx,
+            inbound: InboundSink::new(
+                peer.clone(),
+                shared.incoming.clone(),
+                shared.config.max_frame,
+            ),
+        })
+    }
+
+    /// Waits until no connection to `peer` is up (or the transport shuts
+    /// down). Returns at once for an unknown peer.
+    pub async fn wait_disconnected(&self, peer: &AgentId) {
+        let rx = self.shared.peers().get(peer).map(|s| s.count.subscribe());
+        let Some(mut rx) = rx else { return };
+        tokio::select! {
+            _ = self.shared.shutdown.cancelled() => {}
+            _ = rx.wait_for(|n| *n == 0) => {}
+        }
+    }
+}
+
+impl LinkGuard {
+    /// The authenticated peer of this connection.
+    pub fn peer(&self) -> &AgentId {
+        &self.peer
+    }
+
+    /// Detaches the connection; reports `Disconnected(peer)` if it was the
+    /// peer's last.
+    pub async fn close(mut self) {
+        self.closed = true;
+        self.shared.detach(&self.peer, self.id).await;
+    }
+}
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let (shared, peer, id) = (self.shared.clone(), self.peer.clone(), self.id);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move { shared.detach(&peer, id).await });
+            }
+            // No runtime left to report on: just keep the table right.
+            Err(_) => {
+                shared.remove_link(&peer, id);
+            }
+        }
+    }
+}
