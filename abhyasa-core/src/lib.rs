@@ -19,6 +19,7 @@ pub mod model;
 pub mod polarity;
 pub mod principal;
 pub mod sim;
+pub mod store;
 pub mod wire;
 
 pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};

@@ -1,0 +1,515 @@
+//! Durable custody: the [`Store`] trait every backend implements, the state
+//! it recovers, and [`SimStore`], the in-memory store of the simulator and
+//! the model checker.
+//!
+//! # Contract
+//!
+//! A store commits the [`Record`]s the state machines emit, **in batches**:
+//! one [`Store::commit`] call makes every record it carries durable with one
+//! flush, atomically (all or nothing), in order. A call may carry the
+//! records of many obligations and of both the custodian and the receiver
+//! of a node (group commit). Only after it returns `Ok` may the driver hand
+//! the batches' tokens to `handle_committed` (AB-1: nothing that depends on a
+//! record is sent before the record is durable).
+//!
+//! [`Store::load`] returns the durable state as [`CustodianSnapshot`] and
+//! [`ReceiverSnapshot`], ready for `Custodian::restore` and
+//! `Receiver::restore`. What it returns is the fold of every committed
+//! record ([`CustodianSnapshot::apply`], [`ReceiverSnapshot::apply`]), with
+//! these rules, which every backend keeps and the shared storage suite
+//! checks:
+//!
+//! * **Idempotent offers.** A `CustodyOpened` or `BestEffortSent` for an id
+//!   that is already pending or terminal is a no-op when the digest is the
+//!   same (the existing record stands: attempts and deadline are not reset)
+//!   and refuses the whole commit with [`StoreError::OfferConflict`] when it
+//!   differs. Nothing is ever overwritten by a re-offer.
+//! * **Terminal is final.** The first `CustodyClosed` of an id applies its
+//!   principal-side writes (`safe(O)`) and stores its escalation; a later
+//!   one changes nothing, so a fail-safe is never applied twice and no
+//!   transfer escalates twice.
+//! * **Decided ledger entries are final.** A `Ledger` record for a
+//!   (custodian, id) already `applied` or `declined` changes nothing; its
+//!   effect and key sequence are written in the same commit as the entry
+//!   (AB-3).
+//! * **Principal state is kept folded**: one write per governed key and one
+//!   item per open decision, so the `principal` list of a loaded snapshot
+//!   is not the raw write history but restores the same state.
+//!
+//! Every committed record also appends one [`StoredEvent`] to an
+//! append-only event log with monotonic [`EventId`]s.
+//!
+//! # Retention
+//!
+//! [`Store::compact`] drops terminal summaries (with their escalation and
+//! reconciliation items) and decided ledger entries whose absolute deadline
+//! is more than `retention` before `now`, and log events older than
+//! `retention`. Pending custody, undecided ledger entries, intents, key
+//! sequences, effect state and open decisions are never compacted. Inside
+//! the window a redelivery is re-acked from the ledger; after it the
+//! obligation is past its deadline and the receiver declines it `expired`,
+//! so compaction never enables a second application.
+//! [`DEFAULT_RETENTION`] is seven days.
+
+mod sim;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+pub use sim::{CrashTiming, SimStore};
+
+use crate::custody::{CustodianSnapshot, LedgerOutcome, ReceiverSnapshot, Record, TerminalState};
+use crate::model::{AckStatus, AgentId, Digest, ObligationId, Timestamp};
+use crate::principal::{DecisionItem, PrincipalState, PrincipalWrite, WeightRange};
+
+/// The on-disk format version this build writes and reads. A database
+/// written by a newer version is refused with [`StoreError::NewerFormat`].
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Default retention past each record's deadline: seven days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Position in a store's append-only event log. Ids are assigned in commit
+/// order, start at 0 and are never reused, even after compaction.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct EventId(pub u64);
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What one committed record did, as the event log remembers it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum LogEvent {
+    /// Custody opened (or an idempotent re-offer of the same obligation).
+    CustodyOpened {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// Its target.
+        target: AgentId,
+        /// Its absolute deadline.
+        deadline_at: Timestamp,
+    },
+    /// A retry was counted.
+    AttemptMade {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// Attempts made including this one.
+        attempts: u32,
+    },
+    /// The receiver answered `deferred` (first time).
+    DeferralSeen {
+        /// The obligation.
+        obligation_id: ObligationId,
+    },
+    /// Custody ended.
+    CustodyClosed {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// How.
+        state: TerminalState,
+    },
+    /// A best-effort send.
+    BestEffortSent {
+        /// The obligation.
+        obligation_id: ObligationId,
+    },
+    /// Principal decisions or resolutions.
+    Principal {
+        /// Number of writes.
+        writes: u32,
+    },
+    /// A late ack recorded for reconciliation.
+    LateAck {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// Its status.
+        status: AckStatus,
+    },
+    /// A receiver ledger entry.
+    Ledger {
+        /// The custodian.
+        custodian: AgentId,
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// The verdict.
+        outcome: LedgerOutcome,
+    },
+    /// An external-effect intent.
+    Intent {
+        /// The custodian.
+        custodian: AgentId,
+        /// The obligation.
+        obligation_id: ObligationId,
+    },
+}
+
+impl LogEvent {
+    /// The event a record appends to the log.
+    pub fn of(record: &Record) -> Self {
+        match record {
+            Record::CustodyOpened { pending, .. } => Self::CustodyOpened {
+                obligation_id: pending.obligation.id().clone(),
+                target: pending.obligation.target().clone(),
+                deadline_at: pending.obligation.deadline_at(),
+            },
+            Record::AttemptMade {
+                obligation_id,
+                attempts,
+                ..
+            } => Self::AttemptMade {
+                obligation_id: obligation_id.clone(),
+                attempts: *attempts,
+            },
+            Record::DeferralSeen { obligation_id } => Self::DeferralSeen {
+                obligation_id: obligation_id.clone(),
+            },
+            Record::CustodyClosed(c) => Self::CustodyClosed {
+                obligation_id: c.obligation_id.clone(),
+                state: terminal_state(&c.outcome),
+            },
+            Record::BestEffortSent { summary, .. } => Self::BestEffortSent {
+                obligation_id: summary.obligation_id.clone(),
+            },
+            Record::Principal { writes, .. } => Self::Principal {
+                writes: u32::try_from(writes.len()).unwrap_or(u32::MAX),
+            },
+            Record::LateAck(r) => Self::LateAck {
+                obligation_id: r.obligation_id.clone(),
+                status: r.status,
+            },
+            Record::Ledger(l) => Self::Ledger {
+                custodian: l.custodian.clone(),
+                obligation_id: l.obligation_id.clone(),
+                outcome: l.outcome,
+            },
+            Record::Intent(i) => Self::Intent {
+                custodian: i.custodian.clone(),
+                obligation_id: i.obligation.id().clone(),
+            },
+        }
+    }
+}
+
+/// The terminal state a custody outcome ends in.
+pub fn terminal_state(outcome: &crate::custody::CustodyOutcome) -> TerminalState {
+    use crate::custody::CustodyOutcome;
+    match outcome {
+        CustodyOutcome::Applied => TerminalState::Applied,
+        CustodyOutcome::Declined { .. } => TerminalState::Declined,
+        CustodyOutcome::Escalated => TerminalState::Escalated,
+    }
+}
+
+/// One entry of the event log.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredEvent {
+    /// Its position.
+    pub id: EventId,
+    /// The `now` of the commit that appended it.
+    pub at: Timestamp,
+    /// What happened.
+    pub event: LogEvent,
+}
+
+/// What a successful commit made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a commit receipt proves durability; release the batches' tokens after it"]
+pub struct Committed {
+    /// Records committed.
+    pub records: usize,
+    /// First event id appended (equal to `end` when nothing was appended).
+    pub first_event: EventId,
+    /// One past the last event id appended.
+    pub end_event: EventId,
+}
+
+/// Inbox counters, derived at read time from the stored records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Inbox {
+    /// Transfers under custody.
+    pub pending: u64,
+    /// Surfaced declines awaiting the principal's decision.
+    pub decision_required: u64,
+    /// Escalations retained.
+    pub escalated: u64,
+    /// Deferrals past their deadline: receiver ledger entries still
+    /// `deferred` (no external effect in flight) at or after their
+    /// deadline, plus transfers under custody the receiver deferred whose
+    /// deadline has passed (their escalation is due).
+    pub deferred_overdue: u64,
+    /// `applied` acks that arrived after escalation (reconciliation items).
+    pub late_applied: u64,
+    /// External effects in doubt after a restart, not yet settled.
+    pub outcome_unknown: u64,
+}
+
+/// What [`Store::compact`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Terminal summaries.
+    pub terminal: u64,
+    /// Escalations (with their terminal summary).
+    pub escalations: u64,
+    /// Reconciliation items (with their terminal summary).
+    pub reconciliations: u64,
+    /// Decided ledger entries.
+    pub ledger: u64,
+    /// Log events.
+    pub events: u64,
+}
+
+/// The durable state of a node: what a restart recovers.
+#[derive(Clone, Debug, Default)]
+pub struct DurableState {
+    /// For `Custodian::restore`.
+    pub custodian: CustodianSnapshot,
+    /// For `Receiver::restore`.
+    pub receiver: ReceiverSnapshot,
+    /// The next event id the log will assign.
+    pub next_event: EventId,
+}
+
+impl DurableState {
+    /// Open decision-required items, by obligation id.
+    pub fn decisions(&self) -> Vec<DecisionItem> {
+        let mut p = PrincipalState::new(WeightRange::default());
+        for w in &self.custodian.principal {
+            p.apply_write(w);
+        }
+        p.decisions().cloned().collect()
+    }
+
+    /// The inbox counters at `now` (see [`Inbox`] for each definition).
+    pub fn inbox(&self, now: Timestamp) -> Inbox {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let receiver_overdue = self
+            .receiver
+            .ledger
+            .iter()
+            .filter(|(k, l)| {
+                l.outcome == LedgerOutcome::Deferred
+                    && l.deadline_at <= now
+                    && !self.receiver.intents.contains_key(*k)
+            })
+            .count();
+        let custodian_overdue = self
+            .custodian
+            .pending
+            .values()
+            .filter(|p| p.deferred && p.obligation.deadline_at() <= now)
+            .count();
+        Inbox {
+            pending: count(self.custodian.pending.len()),
+            decision_required: count(self.decisions().len()),
+            escalated: count(self.custodian.escalations.len()),
+            deferred_overdue: count(receiver_overdue + custodian_overdue),
+            late_applied: count(
+                self.custodian
+                    .reconciliations
+                    .iter()
+                    .filter(|r| r.status == AckStatus::Applied)
+                    .count(),
+            ),
+            outcome_unknown: count(
+                self.receiver
+                    .ledger
+                    .values()
+                    .filter(|l| l.outcome == LedgerOutcome::OutcomeUnknown)
+                    .count(),
+            ),
+        }
+    }
+}
+
+/// Principal-side state kept folded: the newest write per governed key and
+/// the open decision items. Replaying [`PrincipalFold::writes`] restores
+/// the same principal state as replaying every write ever committed.
+#[derive(Clone, Debug, Default)]
+pub struct PrincipalFold {
+    state: PrincipalState,
+}
+
+impl PrincipalFold {
+    /// Folds one write in.
+    pub fn apply(&mut self, w: &PrincipalWrite) {
+        self.state.apply_write(w);
+    }
+
+    /// The folded writes, sorted by key (authorizations, then weights, then
+    /// open decisions).
+    pub fn writes(&self) -> Vec<PrincipalWrite> {
+        let auths: BTreeMap<_, _> = self.state.authorizations().collect();
+        let weights: BTreeMap<_, _> = self.state.weights().collect();
+        let mut out = Vec::with_capacity(auths.len() + weights.len());
+        out.extend(
+            auths
+                .into_iter()
+                .map(|(key, entry)| PrincipalWrite::Authorization {
+                    key: key.clone(),
+                    entry: entry.clone(),
+                }),
+        );
+        out.extend(
+            weights
+                .into_iter()
+                .map(|(key, value)| PrincipalWrite::Weight {
+                    key: key.clone(),
+                    value,
+                }),
+        );
+        out.extend(
+            self.state
+                .decisions()
+                .cloned()
+                .map(PrincipalWrite::DecisionRaised),
+        );
+        out
+    }
+}
+
+/// Why a store operation failed. Storage and I/O faults, refused commits
+/// and format mismatches are told apart; none of them panics.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// An operating-system I/O call failed (open, fsync, metadata).
+    #[error("store I/O failed during {op}: {source}")]
+    Io {
+        /// What the store was doing.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The storage engine reported an error.
+    #[error("{backend} failed during {op}: {source}")]
+    Backend {
+        /// `sled`, `redb`, ...
+        backend: &'static str,
+        /// What the store was doing.
+        op: &'static str,
+        /// The engine's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Stored bytes do not decode: the database is damaged or was written
+    /// by an incompatible program. Nothing was misread.
+    #[error("corrupt {table} entry {key}: {detail}")]
+    Corrupt {
+        /// The table or tree.
+        table: &'static str,
+        /// The entry's key, printable.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The database was written by a newer format version than this build
+    /// understands; it was not read.
+    #[error(
+        "database format version {found} is newer than this build supports ({supported}); \
+         upgrade abhyasa to open it"
+    )]
+    NewerFormat {
+        /// Version stored in the database.
+        found: u32,
+        /// Newest version this build reads.
+        supported: u32,
+    },
+    /// A `CustodyOpened` or `BestEffortSent` named an id already pending or
+    /// terminal with a different digest. The whole commit was refused and
+    /// nothing was written.
+    #[error("obligation {obligation_id} is already held with digest {existing}; refused offer with digest {offered}")]
+    OfferConflict {
+        /// The id.
+        obligation_id: ObligationId,
+        /// Digest of the record already stored.
+        existing: Digest,
+        /// Digest of the refused record.
+        offered: Digest,
+    },
+    /// The simulated process crashed (an injected crash point); the commit
+    /// in flight may or may not be durable. Call [`SimStore::crash`] and
+    /// restore from [`Store::load`].
+    #[error("simulated crash at commit {commit}")]
+    Crashed {
+        /// The commit number (1-based) the crash hit.
+        commit: u64,
+    },
+}
+
+/// Durable storage of custody records. Object-safe, so a node can select
+/// its backend at run time (`store = "sled" | "redb"`); kept free of any
+/// engine's types so a server-backed store (PostgreSQL) can implement it.
+pub trait Store: Send {
+    /// A short name of the backend (`sim`, `sled`, `redb`).
+    fn backend(&self) -> &'static str;
+
+    /// The format version stored in the database.
+    fn format_version(&self) -> u32;
+
+    /// Commits the records of `batches`, in order, atomically and durably
+    /// with one flush. `now` stamps the log events. On error nothing was
+    /// committed, except after [`StoreError::Crashed`], which models a
+    /// process that died in the call.
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError>;
+
+    /// The durable state (see the module docs for the fold's rules).
+    fn load(&self) -> Result<DurableState, StoreError>;
+
+    /// Inbox counters at `now`, derived from the stored records.
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        Ok(self.load()?.inbox(now))
+    }
+
+    /// Up to `limit` log events with id `>= from`, in id order.
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Drops what is past retention (see the module docs), atomically.
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError>;
+}
+
+impl<S: Store + ?Sized> Store for Box<S> {
+    fn backend(&self) -> &'static str {
+        (**self).backend()
+    }
+    fn format_version(&self) -> u32 {
+        (**self).format_version()
+    }
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        (**self).commit(now, batches)
+    }
+    fn load(&self) -> Result<DurableState, StoreError> {
+        (**self).load()
+    }
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        (**self).inbox(now)
+    }
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        (**self).events(from, limit)
+    }
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        (**self).compact(now, retention)
+    }
+}
+
+/// True when a record with deadline `deadline_at` is past retention at
+/// `now` (the rule every backend applies).
+pub fn past_retention(deadline_at: Timestamp, now: Timestamp, retention: Duration) -> bool {
+    deadline_at.saturating_add(retention) < now
+}
