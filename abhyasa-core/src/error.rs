@@ -81,7 +81,11 @@ impl FieldError {
     }
 
     /// Shorthand for a wrong JSON type.
-    pub fn wrong_type(field: impl Into<String>, expected: &'static str, found: &'static str) -> Self {
+    pub fn wrong_type(
+        field: impl Into<String>,
+        expected: &'static str,
+        found: &'static str,
+    ) -> Self {
         Self::new(field, FieldProblem::WrongType { expected, found })
     }
 

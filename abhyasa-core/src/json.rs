@@ -8,11 +8,11 @@
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, FieldProblem, PeerError};
+use crate::model::obligation_json_type as json_type;
 use crate::model::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, Kind, KindProfile, Obligation,
     ObligationId, Timestamp,
 };
-use crate::model::obligation_json_type as json_type;
 
 /// Largest JSON document accepted, in bytes.
 pub const MAX_JSON_BYTES: usize = 256 * 1024;
@@ -203,7 +203,10 @@ impl CustodyAck {
     /// The v1 JSON object plus our optional fields (omitted when absent).
     pub fn to_json_value(&self) -> Value {
         let mut m = Map::new();
-        m.insert("obligation_id".into(), Value::from(self.obligation_id.as_str()));
+        m.insert(
+            "obligation_id".into(),
+            Value::from(self.obligation_id.as_str()),
+        );
         m.insert("target".into(), Value::from(self.target.as_str()));
         m.insert("status".into(), Value::from(self.status.as_str()));
         m.insert("acked_at".into(), Value::from(self.acked_at.to_rfc3339()));
@@ -231,14 +234,25 @@ impl CustodyAck {
 impl KindProfile {
     /// Parses a v1 `KindProfile` object and validates it (including the
     /// AB-2 sizing rule).
-    pub fn from_json_map(m: &Map<String, Value>) -> Result<KindProfile, crate::error::ProfileError> {
+    pub fn from_json_map(
+        m: &Map<String, Value>,
+    ) -> Result<KindProfile, crate::error::ProfileError> {
         let f = Fields::new(m);
         let p = KindProfile {
             kind: Kind::parse_field("kind", f.req_str("kind")?)?,
             obligation_endpoint: f.req_str("obligation_endpoint")?.to_string(),
-            deadline_seconds: in_range("deadline_seconds", f.req_int("deadline_seconds")?, 1, i128::from(u64::MAX))?
-                as u64,
-            max_retries: in_range("max_retries", f.req_int("max_retries")?, 0, i128::from(u64::MAX))? as u64,
+            deadline_seconds: in_range(
+                "deadline_seconds",
+                f.req_int("deadline_seconds")?,
+                1,
+                i128::from(u64::MAX),
+            )? as u64,
+            max_retries: in_range(
+                "max_retries",
+                f.req_int("max_retries")?,
+                0,
+                i128::from(u64::MAX),
+            )? as u64,
             backoff: f.opt_str("backoff")?.unwrap_or("exponential").to_string(),
             backoff_base_seconds: f.opt_f64("backoff_base_seconds")?.unwrap_or(1.0),
             backoff_cap_seconds: in_range(
@@ -256,12 +270,24 @@ impl KindProfile {
     pub fn to_json_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("kind".into(), Value::from(self.kind.as_str()));
-        m.insert("obligation_endpoint".into(), Value::from(self.obligation_endpoint.as_str()));
-        m.insert("deadline_seconds".into(), Value::from(self.deadline_seconds));
+        m.insert(
+            "obligation_endpoint".into(),
+            Value::from(self.obligation_endpoint.as_str()),
+        );
+        m.insert(
+            "deadline_seconds".into(),
+            Value::from(self.deadline_seconds),
+        );
         m.insert("max_retries".into(), Value::from(self.max_retries));
         m.insert("backoff".into(), Value::from(self.backoff.as_str()));
-        m.insert("backoff_base_seconds".into(), Value::from(self.backoff_base_seconds));
-        m.insert("backoff_cap_seconds".into(), Value::from(self.backoff_cap_seconds));
+        m.insert(
+            "backoff_base_seconds".into(),
+            Value::from(self.backoff_base_seconds),
+        );
+        m.insert(
+            "backoff_cap_seconds".into(),
+            Value::from(self.backoff_cap_seconds),
+        );
         Value::Object(m)
     }
 }

@@ -257,7 +257,8 @@ impl PrincipalState {
                 self.weights.insert(key.clone(), *value);
             }
             PrincipalWrite::DecisionRaised(item) => {
-                self.decisions.insert(item.obligation_id.clone(), item.clone());
+                self.decisions
+                    .insert(item.obligation_id.clone(), item.clone());
             }
             PrincipalWrite::DecisionClosed { obligation_id } => {
                 self.decisions.remove(obligation_id);
@@ -302,6 +303,3 @@ impl PrincipalState {
         self.weights.iter().map(|(k, v)| (k, *v))
     }
 }
-
-#[cfg(test)]
-mod tests;

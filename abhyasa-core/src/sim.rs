@@ -17,8 +17,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use crate::custody::{
-    ApplyContext, ApplyDecision, Applier, Custodian, CustodianConfig, CustodianEvent, CustodyProfile,
-    LedgerOutcome, Receiver, ReceiverConfig, TerminalState, Transmit,
+    Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent,
+    CustodyProfile, LedgerOutcome, Receiver, ReceiverConfig, TerminalState, Transmit,
 };
 use crate::model::{AgentId, Backoff, DeclineReason, Obligation, ObligationId, Timestamp};
 use crate::polarity::PolarityRegistry;
@@ -283,7 +283,13 @@ impl Pair {
         &self.receiver_id
     }
 
-    fn send(&mut self, now: Timestamp, t: Transmit, link: &LinkProfile, rng: &mut ChaCha8Rng) -> u64 {
+    fn send(
+        &mut self,
+        now: Timestamp,
+        t: Transmit,
+        link: &LinkProfile,
+        rng: &mut ChaCha8Rng,
+    ) -> u64 {
         let (hop, loss) = if t.to == self.receiver_id {
             (Hop::ToReceiver, link.drop)
         } else {
@@ -305,7 +311,11 @@ impl Pair {
             }
             self.seq += 1;
             let msg = HopMsg(
-                if hop == Hop::ToReceiver { Hop::ToReceiver } else { Hop::ToCustodian },
+                if hop == Hop::ToReceiver {
+                    Hop::ToReceiver
+                } else {
+                    Hop::ToCustodian
+                },
                 t.message.clone(),
             );
             self.queue.push(Reverse((at, self.seq, msg)));
@@ -493,7 +503,9 @@ pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepR
             }
             (false, Some(TerminalState::Declined)) => {
                 if ledger != Some(LedgerOutcome::Declined) || r.applications != 0 {
-                    violate("custodian discharged declined but the receiver did not decline".into());
+                    violate(
+                        "custodian discharged declined but the receiver did not decline".into(),
+                    );
                 }
                 report.declined += 1;
             }
@@ -503,7 +515,9 @@ pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepR
                 }
                 report.escalated += 1;
             }
-            (false, other) => violate(format!("admissible obligation ended {other:?} (silent loss)")),
+            (false, other) => violate(format!(
+                "admissible obligation ended {other:?} (silent loss)"
+            )),
         }
         if !benign && r.attempts > max_attempts {
             violate(format!("{} attempts exceed 1 + max_retries", r.attempts));
@@ -515,7 +529,11 @@ pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepR
     report
 }
 
-fn sweep_obligation(cfg: &SweepConfig, i: u64, benign: bool) -> Result<Obligation, crate::FieldError> {
+fn sweep_obligation(
+    cfg: &SweepConfig,
+    i: u64,
+    benign: bool,
+) -> Result<Obligation, crate::FieldError> {
     let payload = if benign {
         json!({"weight_delta": 0.25, "weight_key": format!("w{i}")})
     } else {

@@ -34,8 +34,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
-    ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, PendingRecord, Record,
-    Reconciliation, TerminalState, TerminalSummary,
+    ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, PendingRecord,
+    Reconciliation, Record, TerminalState, TerminalSummary,
 };
 use crate::error::{OfferError, ProfileError};
 use crate::model::{
@@ -418,7 +418,10 @@ impl Custodian {
         if b.jitter <= 0.0 {
             return b.nominal(attempt);
         }
-        b.jittered(attempt, jitter_draw(self.config.seed, &ob.digest(), attempt))
+        b.jittered(
+            attempt,
+            jitter_draw(self.config.seed, &ob.digest(), attempt),
+        )
     }
 
     /// Offers an obligation. Admissible ones go under custody: the record
@@ -521,7 +524,8 @@ impl Custodian {
                 late_ack_recorded: false,
             };
             self.terminal.insert(id.clone(), summary.clone());
-            self.outbox.record(Record::BestEffortSent { summary, principal });
+            self.outbox
+                .record(Record::BestEffortSent { summary, principal });
             self.stats.best_effort += 1;
             self.outbox.event(CustodianEvent::BestEffortSent {
                 obligation_id: id,
@@ -688,25 +692,31 @@ impl Custodian {
                 late_ack_recorded: false,
             },
         );
-        self.outbox.record(Record::CustodyClosed(Box::new(ClosedRecord {
-            obligation_id: id,
-            digest: p.obligation.digest(),
-            kind: p.obligation.kind().clone(),
-            target: p.obligation.target().clone(),
-            outcome,
-            attempts: p.attempts,
-            closed_at: now,
-            deadline_at: p.deadline_at,
-            principal,
-            escalation,
-        })));
+        self.outbox
+            .record(Record::CustodyClosed(Box::new(ClosedRecord {
+                obligation_id: id,
+                digest: p.obligation.digest(),
+                kind: p.obligation.kind().clone(),
+                target: p.obligation.target().clone(),
+                outcome,
+                attempts: p.attempts,
+                closed_at: now,
+                deadline_at: p.deadline_at,
+                principal,
+                escalation,
+            })));
     }
 
     /// Handles one ack from the authenticated peer `from`. It discharges
     /// custody only if it names a pending obligation, carries its digest
     /// (see [`AckBinding`]) and comes from, and names, the expected
     /// receiver; anything else is counted and ignored.
-    pub fn handle_ack(&mut self, now: Timestamp, from: &AgentId, ack: &CustodyAck) -> AckDisposition {
+    pub fn handle_ack(
+        &mut self,
+        now: Timestamp,
+        from: &AgentId,
+        ack: &CustodyAck,
+    ) -> AckDisposition {
         if ack.validate().is_err() {
             self.stats.acks_invalid += 1;
             return AckDisposition::Ignored(IgnoredAck::Invalid);

@@ -7,7 +7,7 @@ mod outbox;
 mod receiver;
 mod record;
 
-pub use applier::{ApplyContext, ApplyDecision, Applier, StandardApplier};
+pub use applier::{Applier, ApplyContext, ApplyDecision, StandardApplier};
 pub use custodian::{
     AckBinding, AckDisposition, Custodian, CustodianConfig, CustodianEvent, CustodianStats,
     CustodyProfile, IgnoredAck, Offered, Transmit,
@@ -18,6 +18,6 @@ pub use receiver::{
 };
 pub use record::{
     ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, EffectValue, EffectWrite,
-    ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord, PendingRecord, Reconciliation,
-    Record, ReceiverSnapshot, TerminalState, TerminalSummary,
+    ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord, PendingRecord, ReceiverSnapshot,
+    Reconciliation, Record, TerminalState, TerminalSummary,
 };

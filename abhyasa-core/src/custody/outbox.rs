@@ -87,7 +87,9 @@ impl<T, E> Outbox<T, E> {
 
     pub(crate) fn poll_transmit(&mut self) -> Option<T> {
         match self.transmits.front() {
-            Some((needs, _)) if *needs <= self.committed => self.transmits.pop_front().map(|(_, t)| t),
+            Some((needs, _)) if *needs <= self.committed => {
+                self.transmits.pop_front().map(|(_, t)| t)
+            }
             _ => None,
         }
     }

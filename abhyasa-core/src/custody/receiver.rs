@@ -15,12 +15,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::applier::{ApplyContext, ApplyDecision, Applier};
+use super::applier::{Applier, ApplyContext, ApplyDecision};
 use super::custodian::Transmit;
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
-    EffectValue, EffectWrite, ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord, Record,
-    ReceiverSnapshot,
+    EffectValue, EffectWrite, ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord,
+    ReceiverSnapshot, Record,
 };
 use crate::model::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, GovernedKey, Kind, Obligation,
@@ -241,10 +241,9 @@ impl Receiver {
             .intents
             .iter()
             .filter(|(k, _)| {
-                !snapshot
-                    .ledger
-                    .get(*k)
-                    .is_some_and(|l| matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined))
+                !snapshot.ledger.get(*k).is_some_and(|l| {
+                    matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)
+                })
             })
             .map(|(_, i)| i)
             .collect();
@@ -350,7 +349,9 @@ impl Receiver {
             LedgerOutcome::Deferred => (AckStatus::Deferred, e.detail.clone()),
             LedgerOutcome::OutcomeUnknown => (AckStatus::Deferred, e.detail.clone()),
         };
-        let reason = (status == AckStatus::Declined).then_some(e.reason).flatten();
+        let reason = (status == AckStatus::Declined)
+            .then_some(e.reason)
+            .flatten();
         let ack = self.ack(now, id, e.digest, status, reason, detail);
         self.send_ack(from, ack);
     }
@@ -393,7 +394,10 @@ impl Receiver {
                     ob.digest(),
                     AckStatus::Declined,
                     Some(DeclineReason::Conflict),
-                    Some(format!("obligation id already used with digest {}", e.digest)),
+                    Some(format!(
+                        "obligation id already used with digest {}",
+                        e.digest
+                    )),
                 );
                 self.send_ack(from, ack);
                 self.outbox.event(ReceiverEvent::Conflict {
@@ -405,7 +409,9 @@ impl Receiver {
                 return Received::Conflict;
             }
             match e.outcome {
-                LedgerOutcome::Applied | LedgerOutcome::Declined | LedgerOutcome::OutcomeUnknown => {
+                LedgerOutcome::Applied
+                | LedgerOutcome::Declined
+                | LedgerOutcome::OutcomeUnknown => {
                     self.ack_entry(now, from, &id, &e);
                     return Received::Duplicate(e.outcome);
                 }
@@ -459,7 +465,13 @@ impl Receiver {
             if let Some((newest, by)) = self.key_seq.get(key) {
                 if seq <= *newest && by != ob.id() {
                     let detail = format!("sequence {seq} on {key} superseded by {newest} ({by})");
-                    return self.record_decline(now, from, &ob, DeclineReason::Superseded, Some(detail));
+                    return self.record_decline(
+                        now,
+                        from,
+                        &ob,
+                        DeclineReason::Superseded,
+                        Some(detail),
+                    );
                 }
             }
         }
@@ -490,9 +502,20 @@ impl Receiver {
                 self.record_applied(now, from, ob, effect, key_sequence);
                 Received::Applied
             }
-            ApplyDecision::Decline { reason, detail } => self.record_decline(now, from, ob, reason, detail),
+            ApplyDecision::Decline { reason, detail } => {
+                self.record_decline(now, from, ob, reason, detail)
+            }
             ApplyDecision::Defer { detail } => {
-                self.write_ledger(now, from, ob, LedgerOutcome::Deferred, None, detail.clone(), Vec::new(), None);
+                self.write_ledger(
+                    now,
+                    from,
+                    ob,
+                    LedgerOutcome::Deferred,
+                    None,
+                    detail.clone(),
+                    Vec::new(),
+                    None,
+                );
                 let ack = self.ack(now, ob.id(), ob.digest(), AckStatus::Deferred, None, detail);
                 self.send_ack(from, ack);
                 self.outbox.event(ReceiverEvent::Deferred {
@@ -586,8 +609,24 @@ impl Receiver {
         detail: Option<String>,
     ) -> Received {
         // Declines are remembered, not re-decided.
-        self.write_ledger(now, from, ob, LedgerOutcome::Declined, Some(reason), detail.clone(), Vec::new(), None);
-        let ack = self.ack(now, ob.id(), ob.digest(), AckStatus::Declined, Some(reason), detail);
+        self.write_ledger(
+            now,
+            from,
+            ob,
+            LedgerOutcome::Declined,
+            Some(reason),
+            detail.clone(),
+            Vec::new(),
+            None,
+        );
+        let ack = self.ack(
+            now,
+            ob.id(),
+            ob.digest(),
+            AckStatus::Declined,
+            Some(reason),
+            detail,
+        );
         self.send_ack(from, ack);
         self.outbox.event(ReceiverEvent::Declined {
             custodian: from.clone(),
@@ -609,7 +648,10 @@ impl Receiver {
         effect: Vec<EffectWrite>,
         key_sequence: Option<(GovernedKey, Sequence)>,
     ) {
-        let undecided = matches!(outcome, LedgerOutcome::Deferred | LedgerOutcome::OutcomeUnknown);
+        let undecided = matches!(
+            outcome,
+            LedgerOutcome::Deferred | LedgerOutcome::OutcomeUnknown
+        );
         let keep = undecided.then(|| ob.clone());
         self.ledger.insert(
             (from.clone(), ob.id().clone()),
@@ -657,15 +699,23 @@ impl Receiver {
         if e.outcome != LedgerOutcome::Deferred || e.intent.is_some() {
             return Err(CompleteError::AlreadyDecided(id.to_string()));
         }
-        if matches!(decision, ApplyDecision::Defer { .. } | ApplyDecision::External(_)) {
-            return Err(CompleteError::Invalid(id.to_string(), "a completion must apply or decline"));
+        if matches!(
+            decision,
+            ApplyDecision::Defer { .. } | ApplyDecision::External(_)
+        ) {
+            return Err(CompleteError::Invalid(
+                id.to_string(),
+                "a completion must apply or decline",
+            ));
         }
         let ob = e
             .obligation
             .ok_or_else(|| CompleteError::Unknown(id.to_string()))?;
         let mut decision = Some(decision);
         let mut once = move |_: &ApplyContext<'_>, _: &Obligation| {
-            decision.take().unwrap_or(ApplyDecision::Defer { detail: None })
+            decision
+                .take()
+                .unwrap_or(ApplyDecision::Defer { detail: None })
         };
         Ok(self.decide(now, custodian, ob, &mut once, true))
     }
@@ -685,7 +735,9 @@ impl Receiver {
             .get(&(custodian.clone(), id.clone()))
             .cloned()
             .ok_or_else(|| CompleteError::Unknown(id.to_string()))?;
-        if e.intent.is_none() || matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined) {
+        if e.intent.is_none()
+            || matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)
+        {
             return Err(CompleteError::AlreadyDecided(id.to_string()));
         }
         let ob = e
@@ -698,7 +750,9 @@ impl Receiver {
                 self.record_applied(now, custodian, &ob, effect, None);
                 Received::Applied
             }
-            ExternalOutcome::Failed { reason, detail } => self.record_decline(now, custodian, &ob, reason, detail),
+            ExternalOutcome::Failed { reason, detail } => {
+                self.record_decline(now, custodian, &ob, reason, detail)
+            }
         })
     }
 
@@ -712,9 +766,13 @@ impl Receiver {
                     let status = match e.outcome {
                         LedgerOutcome::Applied => AckStatus::Applied,
                         LedgerOutcome::Declined => AckStatus::Declined,
-                        LedgerOutcome::Deferred | LedgerOutcome::OutcomeUnknown => AckStatus::Deferred,
+                        LedgerOutcome::Deferred | LedgerOutcome::OutcomeUnknown => {
+                            AckStatus::Deferred
+                        }
                     };
-                    let reason = (status == AckStatus::Declined).then_some(e.reason).flatten();
+                    let reason = (status == AckStatus::Declined)
+                        .then_some(e.reason)
+                        .flatten();
                     known.push(self.ack(now, id, e.digest, status, reason, e.detail.clone()));
                 }
                 None => unknown.push(id.clone()),
@@ -736,7 +794,8 @@ impl Receiver {
     pub fn compact(&mut self, before: Timestamp) -> usize {
         let n = self.ledger.len();
         self.ledger.retain(|_, e| {
-            e.deadline_at >= before || !matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)
+            e.deadline_at >= before
+                || !matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)
         });
         n - self.ledger.len()
     }

@@ -387,7 +387,10 @@ impl ReceiverSnapshot {
                 let key = (l.custodian.clone(), l.obligation_id.clone());
                 // A decided entry is final: never overwritten by a replay.
                 if let Some(existing) = self.ledger.get(&key) {
-                    if matches!(existing.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined) {
+                    if matches!(
+                        existing.outcome,
+                        LedgerOutcome::Applied | LedgerOutcome::Declined
+                    ) {
                         return;
                     }
                 }

@@ -172,12 +172,18 @@ impl CustodyAck {
         if self.reason.is_some() && self.status != AckStatus::Declined {
             return Err(FieldError::invalid(
                 "reason",
-                format!("a decline reason is only valid with status declined, not {}", self.status),
+                format!(
+                    "a decline reason is only valid with status declined, not {}",
+                    self.status
+                ),
             ));
         }
         if let Some(d) = &self.detail {
             if d.len() > 4096 {
-                return Err(FieldError::new("detail", FieldProblem::TooLong { max: 4096 }));
+                return Err(FieldError::new(
+                    "detail",
+                    FieldProblem::TooLong { max: 4096 },
+                ));
             }
         }
         Ok(())

@@ -16,7 +16,10 @@ fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
         return Err(FieldError::new(field, FieldProblem::Padded));
     }
     if s.len() > MAX_ID_BYTES {
-        return Err(FieldError::new(field, FieldProblem::TooLong { max: MAX_ID_BYTES }));
+        return Err(FieldError::new(
+            field,
+            FieldProblem::TooLong { max: MAX_ID_BYTES },
+        ));
     }
     if s.chars().any(char::is_control) {
         return Err(FieldError::new(field, FieldProblem::ControlCharacter));
@@ -116,7 +119,9 @@ string_id!(
 );
 
 /// Issuance order of obligations on one governed key (supersession guard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct Sequence(pub u64);
 
@@ -134,16 +139,17 @@ impl Digest {
     /// Parses 64 lowercase or uppercase hex digits.
     pub fn from_hex(field: &str, s: &str) -> Result<Self, FieldError> {
         let mut out = [0u8; 32];
-        hex::decode_to_slice(s, &mut out)
-            .map_err(|e| FieldError::invalid(field, format!("not a 64-digit hex SHA-256 digest: {e}")))?;
+        hex::decode_to_slice(s, &mut out).map_err(|e| {
+            FieldError::invalid(field, format!("not a 64-digit hex SHA-256 digest: {e}"))
+        })?;
         Ok(Self(out))
     }
 
     /// Parses 32 raw bytes.
     pub fn from_slice(field: &str, b: &[u8]) -> Result<Self, FieldError> {
-        let arr: [u8; 32] = b
-            .try_into()
-            .map_err(|_| FieldError::invalid(field, format!("digest must be 32 bytes, found {}", b.len())))?;
+        let arr: [u8; 32] = b.try_into().map_err(|_| {
+            FieldError::invalid(field, format!("digest must be 32 bytes, found {}", b.len()))
+        })?;
         Ok(Self(arr))
     }
 
@@ -192,10 +198,22 @@ mod tests {
     // C-T-2: empty and padded ids are typed errors naming the field.
     #[test]
     fn ids_reject_empty_padded_long_and_control() {
-        assert_eq!(ObligationId::new("").unwrap_err().problem, FieldProblem::Empty);
-        assert_eq!(ObligationId::new(" a").unwrap_err().problem, FieldProblem::Padded);
-        assert_eq!(ObligationId::new("a\t").unwrap_err().problem, FieldProblem::Padded);
-        assert_eq!(AgentId::new("a\u{7}b").unwrap_err().problem, FieldProblem::ControlCharacter);
+        assert_eq!(
+            ObligationId::new("").unwrap_err().problem,
+            FieldProblem::Empty
+        );
+        assert_eq!(
+            ObligationId::new(" a").unwrap_err().problem,
+            FieldProblem::Padded
+        );
+        assert_eq!(
+            ObligationId::new("a\t").unwrap_err().problem,
+            FieldProblem::Padded
+        );
+        assert_eq!(
+            AgentId::new("a\u{7}b").unwrap_err().problem,
+            FieldProblem::ControlCharacter
+        );
         let long = "x".repeat(MAX_ID_BYTES + 1);
         assert_eq!(
             Kind::new(&long).unwrap_err().problem,

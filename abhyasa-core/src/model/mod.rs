@@ -10,8 +10,10 @@ mod time;
 
 pub use ack::{AckStatus, CustodyAck, DeclineReason};
 pub use ids::{AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, MAX_ID_BYTES};
+pub(crate) use obligation::json_type as obligation_json_type;
 pub use obligation::{
-    Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS, MAX_PAYLOAD_BYTES, MAX_RETRIES_LIMIT,
+    Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS, MAX_PAYLOAD_BYTES,
+    MAX_RETRIES_LIMIT,
 };
 pub(crate) use profile::check_sizing;
 pub use profile::{min_retries_to_span, Backoff, DeclinePolicy, KindProfile};
@@ -20,4 +22,3 @@ pub use safe::{
     Escalation, EscalationCause, EscalationTrigger, GuardOutcome, SafeAction, SafeEffect,
 };
 pub use time::Timestamp;
-pub(crate) use obligation::json_type as obligation_json_type;

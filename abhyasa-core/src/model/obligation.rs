@@ -24,7 +24,10 @@ const MAX_PAYLOAD_DEPTH: usize = 32;
 /// The invariant-specific body of an obligation: a JSON object, validated
 /// for interoperable numbers, depth and size, with its canonical (JCS) form
 /// cached.
-#[derive(Clone, PartialEq)]
+///
+/// Two payloads are equal when their canonical forms are equal (so `-0.0`
+/// equals `0` and `2.0` equals `2`, as their digests do).
+#[derive(Clone)]
 pub struct Payload {
     map: Map<String, Value>,
     canonical: String,
@@ -63,7 +66,11 @@ impl Payload {
             .map_err(|e| FieldError::invalid("payload", format!("not JSON: {e}")))?;
         match v {
             Value::Object(m) => Self::new(m),
-            other => Err(FieldError::wrong_type("payload", "object", json_type(&other))),
+            other => Err(FieldError::wrong_type(
+                "payload",
+                "object",
+                json_type(&other),
+            )),
         }
     }
 
@@ -88,6 +95,12 @@ impl Payload {
     /// The canonical JSON text (RFC 8785).
     pub fn canonical_json(&self) -> &str {
         &self.canonical
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.canonical == other.canonical
     }
 }
 
@@ -229,7 +242,10 @@ impl Obligation {
 
 fn v1_object(o: &Inner) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("obligation_id".into(), Value::from(o.obligation_id.as_str()));
+    m.insert(
+        "obligation_id".into(),
+        Value::from(o.obligation_id.as_str()),
+    );
     m.insert("kind".into(), Value::from(o.kind.as_str()));
     m.insert("target".into(), Value::from(o.target.as_str()));
     m.insert("payload".into(), Value::Object(o.payload.as_map().clone()));
@@ -376,16 +392,26 @@ impl ObligationBuilder {
         )?;
         let kind = Kind::parse_field(
             "kind",
-            self.kind.as_deref().ok_or_else(|| FieldError::missing("kind"))?,
+            self.kind
+                .as_deref()
+                .ok_or_else(|| FieldError::missing("kind"))?,
         )?;
         let target = AgentId::parse_field(
             "target",
-            self.target.as_deref().ok_or_else(|| FieldError::missing("target"))?,
+            self.target
+                .as_deref()
+                .ok_or_else(|| FieldError::missing("target"))?,
         )?;
         let payload = match self.payload {
             None => Payload::empty(),
             Some(Value::Object(m)) => Payload::new(m)?,
-            Some(other) => return Err(FieldError::wrong_type("payload", "object", json_type(&other))),
+            Some(other) => {
+                return Err(FieldError::wrong_type(
+                    "payload",
+                    "object",
+                    json_type(&other),
+                ))
+            }
         };
         let deadline_seconds = check_range(
             "deadline_seconds",
@@ -396,7 +422,8 @@ impl ObligationBuilder {
         )? as u64;
         let max_retries = check_range(
             "max_retries",
-            self.max_retries.ok_or_else(|| FieldError::missing("max_retries"))?,
+            self.max_retries
+                .ok_or_else(|| FieldError::missing("max_retries"))?,
             0,
             i128::from(MAX_RETRIES_LIMIT),
         )? as u32;
@@ -456,18 +483,36 @@ mod tests {
     // C-T-2: non-positive deadline, negative/absurd retries, oversize payload.
     #[test]
     fn builder_rejects_bad_fields_naming_them() {
-        assert_eq!(base().deadline_seconds(0).build().unwrap_err().field, "deadline_seconds");
-        assert_eq!(base().deadline_seconds(-5).build().unwrap_err().field, "deadline_seconds");
-        assert_eq!(base().max_retries(-1).build().unwrap_err().field, "max_retries");
-        assert_eq!(base().max_retries(1 << 40).build().unwrap_err().field, "max_retries");
+        assert_eq!(
+            base().deadline_seconds(0).build().unwrap_err().field,
+            "deadline_seconds"
+        );
+        assert_eq!(
+            base().deadline_seconds(-5).build().unwrap_err().field,
+            "deadline_seconds"
+        );
+        assert_eq!(
+            base().max_retries(-1).build().unwrap_err().field,
+            "max_retries"
+        );
+        assert_eq!(
+            base().max_retries(1 << 40).build().unwrap_err().field,
+            "max_retries"
+        );
         let big = "x".repeat(MAX_PAYLOAD_BYTES);
         let e = base().payload(json!({ "blob": big })).build().unwrap_err();
         assert_eq!(e.field, "payload");
         assert!(matches!(e.problem, FieldProblem::TooLong { .. }));
-        let e = base().payload(json!({ "n": 1u64 << 60 })).build().unwrap_err();
+        let e = base()
+            .payload(json!({ "n": 1u64 << 60 }))
+            .build()
+            .unwrap_err();
         assert_eq!(e.field, "payload.n");
         assert_eq!(base().id("").build().unwrap_err().field, "obligation_id");
-        assert_eq!(base().payload(json!([1])).build().unwrap_err().field, "payload");
+        assert_eq!(
+            base().payload(json!([1])).build().unwrap_err().field,
+            "payload"
+        );
     }
 
     #[test]

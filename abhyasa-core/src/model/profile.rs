@@ -50,19 +50,25 @@ impl Backoff {
         if self.base.is_zero() {
             return Err(FieldError::new(
                 "backoff_base_seconds",
-                FieldProblem::OutOfRange { allowed: "> 0".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "> 0".into(),
+                },
             ));
         }
         if self.cap.is_zero() {
             return Err(FieldError::new(
                 "backoff_cap_seconds",
-                FieldProblem::OutOfRange { allowed: "> 0".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "> 0".into(),
+                },
             ));
         }
         if !(0.0..=1.0).contains(&self.jitter) {
             return Err(FieldError::new(
                 "jitter",
-                FieldProblem::OutOfRange { allowed: "0..=1".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "0..=1".into(),
+                },
             ));
         }
         Ok(())
@@ -90,7 +96,11 @@ pub fn min_retries_to_span(deadline_seconds: u64, base_seconds: f64, cap_seconds
         return 0;
     }
     // Number of uncapped steps.
-    let j: u64 = if b >= c { 0 } else { (c / b).log2().ceil().max(0.0) as u64 };
+    let j: u64 = if b >= c {
+        0
+    } else {
+        (c / b).log2().ceil().max(0.0) as u64
+    };
     let j = j.min(1023);
     let sum = |n: u64| -> f64 {
         if n <= j {
@@ -151,7 +161,9 @@ impl KindProfile {
         if self.deadline_seconds == 0 {
             return Err(FieldError::new(
                 "deadline_seconds",
-                FieldProblem::OutOfRange { allowed: "> 0".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "> 0".into(),
+                },
             )
             .into());
         }
@@ -168,14 +180,18 @@ impl KindProfile {
         if !(self.backoff_base_seconds.is_finite() && self.backoff_base_seconds > 0.0) {
             return Err(FieldError::new(
                 "backoff_base_seconds",
-                FieldProblem::OutOfRange { allowed: "> 0".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "> 0".into(),
+                },
             )
             .into());
         }
         if self.backoff_cap_seconds == 0 {
             return Err(FieldError::new(
                 "backoff_cap_seconds",
-                FieldProblem::OutOfRange { allowed: "> 0".into() },
+                FieldProblem::OutOfRange {
+                    allowed: "> 0".into(),
+                },
             )
             .into());
         }
@@ -237,7 +253,11 @@ mod tests {
         for d in [1u64, 2, 3, 7, 8, 63, 64, 65, 600, 3600, 86_400, 100_000] {
             for b in [0.1, 0.5, 1.0, 2.0, 3.0, 64.0] {
                 for c in [1.0, 2.0, 30.0, 64.0, 300.0, 3600.0] {
-                    assert_eq!(min_retries_to_span(d, b, c), loop_min(d, b, c), "d={d} b={b} c={c}");
+                    assert_eq!(
+                        min_retries_to_span(d, b, c),
+                        loop_min(d, b, c),
+                        "d={d} b={b} c={c}"
+                    );
                 }
             }
         }
@@ -247,7 +267,11 @@ mod tests {
 
     #[test]
     fn nominal_doubles_and_caps() {
-        let b = Backoff { base: Duration::from_secs(1), cap: Duration::from_secs(10), jitter: 0.0 };
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(10),
+            jitter: 0.0,
+        };
         let got: Vec<u64> = (1..=6).map(|k| b.nominal(k).as_secs()).collect();
         assert_eq!(got, vec![1, 2, 4, 8, 10, 10]);
         assert_eq!(b.nominal(500), Duration::from_secs(10));

@@ -72,8 +72,12 @@ impl EscalationCause {
     pub fn describe(self) -> &'static str {
         match self {
             Self::Unreachable => "receiver unreachable: no ack within the custody window",
-            Self::ResponsiveButDeferring => "receiver responsive but deferring; never applied in time",
-            Self::Conflict => "receiver holds a different obligation under this id (digest conflict)",
+            Self::ResponsiveButDeferring => {
+                "receiver responsive but deferring; never applied in time"
+            }
+            Self::Conflict => {
+                "receiver holds a different obligation under this id (digest conflict)"
+            }
             Self::Rejected => "receiver rejected the obligation as invalid",
         }
     }

@@ -66,7 +66,8 @@ impl Timestamp {
 
     /// Canonical RFC 3339 form: UTC, `Z`, always six fractional digits.
     pub fn to_rfc3339(self) -> String {
-        self.to_datetime().to_rfc3339_opts(SecondsFormat::Micros, true)
+        self.to_datetime()
+            .to_rfc3339_opts(SecondsFormat::Micros, true)
     }
 
     /// `self + d`, saturating at the end of time.

@@ -37,7 +37,8 @@ impl PolarityRule for AnumatiRule {
                 ))
             }
         };
-        let scope = payload_str(ob, "scope")?.ok_or_else(|| FieldError::missing("payload.scope"))?;
+        let scope =
+            payload_str(ob, "scope")?.ok_or_else(|| FieldError::missing("payload.scope"))?;
         let key = key(ANUMATI_KIND, ob.target(), &format!("scope:{scope}"))?;
         Ok(if restrictive {
             Classification {

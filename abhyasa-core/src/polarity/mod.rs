@@ -93,7 +93,9 @@ impl std::fmt::Debug for PolarityRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut kinds: Vec<&String> = self.rules.keys().collect();
         kinds.sort();
-        f.debug_struct("PolarityRegistry").field("kinds", &kinds).finish()
+        f.debug_struct("PolarityRegistry")
+            .field("kinds", &kinds)
+            .finish()
     }
 }
 
@@ -153,7 +155,10 @@ pub(crate) fn payload_str<'a>(
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(s)) => {
             if s.is_empty() {
-                Err(FieldError::new(format!("payload.{name}"), FieldProblem::Empty))
+                Err(FieldError::new(
+                    format!("payload.{name}"),
+                    FieldProblem::Empty,
+                ))
             } else {
                 Ok(Some(s))
             }
@@ -165,6 +170,3 @@ pub(crate) fn payload_str<'a>(
         )),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -39,12 +39,10 @@ impl PolarityRule for OAuthRule {
         let name = match (payload_str(ob, "token_id")?, payload_str(ob, "client_id")?) {
             (Some(t), _) => format!("token:{t}"),
             (None, Some(c)) => format!("client:{c}"),
-            (None, None) => {
-                return Err(FieldError::invalid(
-                    "payload.token_id",
-                    "required (or payload.client_id): the governed key must name the token or client",
-                ))
-            }
+            (None, None) => return Err(FieldError::invalid(
+                "payload.token_id",
+                "required (or payload.client_id): the governed key must name the token or client",
+            )),
         };
         let key = key(OAUTH_KIND, ob.target(), &name)?;
         Ok(if revoke {

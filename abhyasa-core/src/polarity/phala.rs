@@ -51,7 +51,11 @@ impl PolarityRule for PhalaRule {
 
     fn classify(&self, ob: &Obligation) -> Result<Classification, FieldError> {
         let delta = weight_delta(ob)?;
-        let key = key(PHALA_KIND, ob.target(), &format!("weight:{}", weight_key_name(ob)?))?;
+        let key = key(
+            PHALA_KIND,
+            ob.target(),
+            &format!("weight:{}", weight_key_name(ob)?),
+        )?;
         Ok(if delta < 0.0 {
             Classification {
                 admission: Admission::Custody {

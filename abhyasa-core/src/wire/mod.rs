@@ -276,7 +276,10 @@ impl Envelope {
         let body = match &self.message {
             Message::Obligation(o) => Body::Obligation(obligation_to_pb(o)),
             Message::Acks(acks) => Body::Ack(pb::CustodyAck {
-                target: acks.first().map(|a| a.target.to_string()).unwrap_or_default(),
+                target: acks
+                    .first()
+                    .map(|a| a.target.to_string())
+                    .unwrap_or_default(),
                 members: acks.iter().map(ack_member).collect(),
                 receiver_instance: acks
                     .first()
@@ -290,10 +293,19 @@ impl Envelope {
                 target: r.target.to_string(),
                 known: r.known.iter().map(ack_member).collect(),
                 unknown: r.unknown.iter().map(ToString::to_string).collect(),
+                receiver_instance: r
+                    .known
+                    .first()
+                    .and_then(|a| a.receiver_instance.clone())
+                    .unwrap_or_default(),
             }),
             Message::Error(e) => Body::Error(pb::Error {
                 code: e.code.to_pb() as i32,
-                obligation_id: e.obligation_id.as_ref().map(ToString::to_string).unwrap_or_default(),
+                obligation_id: e
+                    .obligation_id
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
                 digest: e.digest.map(|d| d.0.to_vec()).unwrap_or_default(),
                 message: e.message.clone(),
             }),
@@ -337,10 +349,10 @@ impl Envelope {
             None => return Err(PeerError::UnknownMessageType),
             Some(Body::Obligation(o)) => Message::Obligation(obligation_from_pb(&o)?),
             Some(Body::Ack(a)) => {
-                let target = AgentId::parse_field("target", &a.target)?;
                 if a.members.is_empty() {
                     return Err(FieldError::new("members", FieldProblem::Empty).into());
                 }
+                let target = AgentId::parse_field("target", &a.target)?;
                 let acks = a
                     .members
                     .iter()
@@ -360,7 +372,7 @@ impl Envelope {
                     known: r
                         .known
                         .iter()
-                        .map(|m| from_member(m, &target, ""))
+                        .map(|m| from_member(m, &target, &r.receiver_instance))
                         .collect::<Result<Vec<_>, _>>()?,
                     unknown: r
                         .unknown
@@ -375,7 +387,10 @@ impl Envelope {
                 obligation_id: if e.obligation_id.is_empty() {
                     None
                 } else {
-                    Some(ObligationId::parse_field("obligation_id", &e.obligation_id)?)
+                    Some(ObligationId::parse_field(
+                        "obligation_id",
+                        &e.obligation_id,
+                    )?)
                 },
                 digest: opt_digest("digest", &e.digest)?,
                 message: e.message,
@@ -454,6 +469,3 @@ impl FrameDecoder {
         Some(Envelope::decode(&frame))
     }
 }
-
-#[cfg(test)]
-mod tests;
