@@ -1,0 +1,432 @@
+//! On-disk encoding of the core's records.
+//!
+//! Hot rows (pending custody, terminal summaries, ledger entries, effects,
+//! events) are postcard-encoded mirrors of the core types: fixed field
+//! order, timestamps as microseconds, digests as 32 raw bytes, obligations
+//! as their immutable fields with the payload's canonical JSON. The core
+//! types themselves use internally tagged enums, `flatten` and JSON
+//! values, which a non-self-describing format cannot read back, so cold
+//! rows (escalations, decision items, intents) are stored as JSON.
+//! Every decode failure is a [`StoreError::Corrupt`] naming the table and
+//! key; nothing read from disk can panic.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use abhyasa_core::custody::{
+    EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, PendingRecord, TerminalState,
+    TerminalSummary,
+};
+use abhyasa_core::principal::Authorization;
+use abhyasa_core::store::StoreError;
+use abhyasa_core::{
+    AgentId, DeclineReason, Digest, GovernedKey, Kind, Obligation, ObligationId, SafeAction,
+    SafeEffect, Sequence, Timestamp,
+};
+
+/// A printable form of a key for error messages.
+pub(crate) fn show_key(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).replace('\0', "/")
+}
+
+pub(crate) fn corrupt(table: &'static str, key: &[u8], detail: impl ToString) -> StoreError {
+    StoreError::Corrupt {
+        table,
+        key: show_key(key),
+        detail: detail.to_string(),
+    }
+}
+
+/// Encodes a row with postcard.
+pub(crate) fn to_bytes<T: Serialize>(
+    table: &'static str,
+    key: &[u8],
+    v: &T,
+) -> Result<Vec<u8>, StoreError> {
+    postcard::to_allocvec(v).map_err(|e| corrupt(table, key, format!("cannot encode: {e}")))
+}
+
+/// Decodes a postcard row.
+pub(crate) fn from_bytes<T: DeserializeOwned>(
+    table: &'static str,
+    key: &[u8],
+    b: &[u8],
+) -> Result<T, StoreError> {
+    postcard::from_bytes(b).map_err(|e| corrupt(table, key, e))
+}
+
+/// Encodes a cold row as JSON.
+pub(crate) fn to_json<T: Serialize>(
+    table: &'static str,
+    key: &[u8],
+    v: &T,
+) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| corrupt(table, key, format!("cannot encode: {e}")))
+}
+
+/// Decodes a JSON row.
+pub(crate) fn from_json<T: DeserializeOwned>(
+    table: &'static str,
+    key: &[u8],
+    b: &[u8],
+) -> Result<T, StoreError> {
+    serde_json::from_slice(b).map_err(|e| corrupt(table, key, e))
+}
+
+/// A UTF-8 identifier from a key or row, validated by its type.
+pub(crate) fn id<T>(table: &'static str, key: &[u8], s: &[u8]) -> Result<T, StoreError>
+where
+    T: std::str::FromStr,
+    T::Err: ToString,
+{
+    let s = std::str::from_utf8(s).map_err(|e| corrupt(table, key, e))?;
+    s.parse()
+        .map_err(|e: T::Err| corrupt(table, key, e.to_string()))
+}
+
+/// Splits a `custodian \0 obligation id` key (identifiers never contain
+/// control characters, so the separator is unambiguous).
+pub(crate) fn pair_key(custodian: &AgentId, id: &ObligationId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(custodian.as_str().len() + 1 + id.as_str().len());
+    k.extend_from_slice(custodian.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(id.as_str().as_bytes());
+    k
+}
+
+/// Parses a key made by [`pair_key`].
+pub(crate) fn split_pair_key(
+    table: &'static str,
+    key: &[u8],
+) -> Result<(AgentId, ObligationId), StoreError> {
+    let at = key
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or_else(|| corrupt(table, key, "key lacks the custodian separator"))?;
+    let custodian = id::<AgentId>(table, key, &key[..at])?;
+    let oid = id::<ObligationId>(table, key, &key[at + 1..])?;
+    Ok((custodian, oid))
+}
+
+/// An obligation's immutable fields.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ObligationRow {
+    id: String,
+    kind: String,
+    target: String,
+    payload: String,
+    deadline_seconds: u64,
+    max_retries: u32,
+    created_at: i64,
+    sequence: Option<u64>,
+}
+
+impl ObligationRow {
+    pub(crate) fn of(ob: &Obligation) -> Self {
+        Self {
+            id: ob.id().to_string(),
+            kind: ob.kind().to_string(),
+            target: ob.target().to_string(),
+            payload: ob.payload().canonical_json().to_string(),
+            deadline_seconds: ob.deadline_seconds(),
+            max_retries: ob.max_retries(),
+            created_at: ob.created_at().unix_micros(),
+            sequence: ob.sequence().map(|s| s.0),
+        }
+    }
+
+    /// Rebuilds the obligation (validating every field again).
+    pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<Obligation, StoreError> {
+        let payload: serde_json::Value = serde_json::from_str(&self.payload)
+            .map_err(|e| corrupt(table, key, format!("payload: {e}")))?;
+        let deadline = i64::try_from(self.deadline_seconds)
+            .map_err(|_| corrupt(table, key, "deadline_seconds out of range"))?;
+        let mut b = Obligation::builder()
+            .id(self.id)
+            .kind(self.kind)
+            .target(self.target)
+            .payload(payload)
+            .deadline_seconds(deadline)
+            .max_retries(i64::from(self.max_retries))
+            .created_at(Timestamp::from_unix_micros(self.created_at));
+        if let Some(s) = self.sequence {
+            b = b.sequence(s);
+        }
+        b.build().map_err(|e| corrupt(table, key, e))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+enum SafeEffectRow {
+    FailClosed,
+    DownWeight(f64),
+}
+
+/// `safe(O)`; its obligation id and target are stored only when they
+/// differ from the obligation's.
+#[derive(Serialize, Deserialize)]
+struct SafeRow {
+    effect: SafeEffectRow,
+    key: String,
+    sequence: Option<u64>,
+    rationale: String,
+    obligation_id: Option<String>,
+    target: Option<String>,
+}
+
+impl SafeRow {
+    fn of(s: &SafeAction, ob: &Obligation) -> Self {
+        Self {
+            effect: match s.effect {
+                SafeEffect::FailClosed => SafeEffectRow::FailClosed,
+                SafeEffect::DownWeight { magnitude } => SafeEffectRow::DownWeight(magnitude),
+            },
+            key: s.key.to_string(),
+            sequence: s.sequence.map(|q| q.0),
+            rationale: s.rationale.clone(),
+            obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.to_string()),
+            target: (&s.target != ob.target()).then(|| s.target.to_string()),
+        }
+    }
+
+    fn build(
+        self,
+        ob: &Obligation,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<SafeAction, StoreError> {
+        Ok(SafeAction {
+            obligation_id: match self.obligation_id {
+                Some(s) => id::<ObligationId>(table, key, s.as_bytes())?,
+                None => ob.id().clone(),
+            },
+            target: match self.target {
+                Some(s) => id::<AgentId>(table, key, s.as_bytes())?,
+                None => ob.target().clone(),
+            },
+            effect: match self.effect {
+                SafeEffectRow::FailClosed => SafeEffect::FailClosed,
+                SafeEffectRow::DownWeight(magnitude) => SafeEffect::DownWeight { magnitude },
+            },
+            key: id::<GovernedKey>(table, key, self.key.as_bytes())?,
+            sequence: self.sequence.map(Sequence),
+            rationale: self.rationale,
+        })
+    }
+}
+
+/// A pending transfer, keyed by obligation id.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct PendingRow {
+    /// Checked against the rebuilt obligation on load.
+    pub(crate) digest: [u8; 32],
+    obligation: ObligationRow,
+    safe: SafeRow,
+    pub(crate) attempts: u32,
+    pub(crate) next_at: i64,
+    pub(crate) deferred: bool,
+    offered_at: i64,
+}
+
+impl PendingRow {
+    pub(crate) fn of(p: &PendingRecord) -> Self {
+        Self {
+            digest: p.obligation.digest().0,
+            obligation: ObligationRow::of(&p.obligation),
+            safe: SafeRow::of(&p.safe, &p.obligation),
+            attempts: p.attempts,
+            next_at: p.next_at.unix_micros(),
+            deferred: p.deferred,
+            offered_at: p.offered_at.unix_micros(),
+        }
+    }
+
+    pub(crate) fn build(
+        self,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<PendingRecord, StoreError> {
+        let obligation = self.obligation.build(table, key)?;
+        if obligation.digest().0 != self.digest {
+            return Err(corrupt(
+                table,
+                key,
+                "stored digest does not match the stored obligation",
+            ));
+        }
+        if obligation.id().as_str().as_bytes() != key {
+            return Err(corrupt(
+                table,
+                key,
+                "key does not match the stored obligation id",
+            ));
+        }
+        let safe = self.safe.build(&obligation, table, key)?;
+        Ok(PendingRecord {
+            obligation,
+            safe,
+            attempts: self.attempts,
+            next_at: Timestamp::from_unix_micros(self.next_at),
+            deferred: self.deferred,
+            offered_at: Timestamp::from_unix_micros(self.offered_at),
+        })
+    }
+}
+
+/// A finished transfer, keyed by obligation id, with the log positions of
+/// its escalation and reconciliation items (compacted together).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct TerminalRow {
+    pub(crate) digest: [u8; 32],
+    target: String,
+    state: TerminalState,
+    pub(crate) deadline_at: i64,
+    closed_at: i64,
+    pub(crate) late_ack_recorded: bool,
+    pub(crate) escalation: Option<u64>,
+    pub(crate) reconciliation: Option<u64>,
+}
+
+impl TerminalRow {
+    pub(crate) fn of(t: &TerminalSummary, escalation: Option<u64>) -> Self {
+        Self {
+            digest: t.digest.0,
+            target: t.target.to_string(),
+            state: t.state,
+            deadline_at: t.deadline_at.unix_micros(),
+            closed_at: t.closed_at.unix_micros(),
+            late_ack_recorded: t.late_ack_recorded,
+            escalation,
+            reconciliation: None,
+        }
+    }
+
+    pub(crate) fn build(
+        self,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<TerminalSummary, StoreError> {
+        Ok(TerminalSummary {
+            obligation_id: id::<ObligationId>(table, key, key)?,
+            digest: Digest(self.digest),
+            target: id::<AgentId>(table, key, self.target.as_bytes())?,
+            state: self.state,
+            deadline_at: Timestamp::from_unix_micros(self.deadline_at),
+            closed_at: Timestamp::from_unix_micros(self.closed_at),
+            late_ack_recorded: self.late_ack_recorded,
+        })
+    }
+}
+
+/// A value of receiver-owned effect state.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum EffectRow {
+    Authorization(Authorization),
+    Weight(f64),
+    Json(String),
+}
+
+impl EffectRow {
+    pub(crate) fn of(v: &EffectValue) -> Self {
+        match v {
+            EffectValue::Authorization(a) => Self::Authorization(*a),
+            EffectValue::Weight(w) => Self::Weight(*w),
+            EffectValue::Json(j) => Self::Json(j.to_string()),
+        }
+    }
+
+    pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<EffectValue, StoreError> {
+        Ok(match self {
+            Self::Authorization(a) => EffectValue::Authorization(a),
+            Self::Weight(w) => EffectValue::Weight(w),
+            Self::Json(s) => {
+                EffectValue::Json(serde_json::from_str(&s).map_err(|e| corrupt(table, key, e))?)
+            }
+        })
+    }
+}
+
+/// A receiver ledger entry, keyed by (custodian, obligation id).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct LedgerRow {
+    digest: [u8; 32],
+    kind: String,
+    pub(crate) outcome: LedgerOutcome,
+    reason: Option<DeclineReason>,
+    detail: Option<String>,
+    effect: Vec<(String, EffectRow)>,
+    key_sequence: Option<(String, u64)>,
+    recorded_at: i64,
+    pub(crate) deadline_at: i64,
+    obligation: Option<ObligationRow>,
+}
+
+impl LedgerRow {
+    pub(crate) fn of(l: &LedgerRecord) -> Self {
+        Self {
+            digest: l.digest.0,
+            kind: l.kind.to_string(),
+            outcome: l.outcome,
+            reason: l.reason,
+            detail: l.detail.clone(),
+            effect: l
+                .effect
+                .iter()
+                .map(|w| (w.key.clone(), EffectRow::of(&w.value)))
+                .collect(),
+            key_sequence: l.key_sequence.as_ref().map(|(k, s)| (k.to_string(), s.0)),
+            recorded_at: l.recorded_at.unix_micros(),
+            deadline_at: l.deadline_at.unix_micros(),
+            obligation: l.obligation.as_ref().map(ObligationRow::of),
+        }
+    }
+
+    pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<LedgerRecord, StoreError> {
+        let (custodian, obligation_id) = split_pair_key(table, key)?;
+        let effect = self
+            .effect
+            .into_iter()
+            .map(|(k, v)| {
+                Ok(EffectWrite {
+                    value: v.build(table, key)?,
+                    key: k,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let key_sequence = match self.key_sequence {
+            Some((k, s)) => Some((id::<GovernedKey>(table, key, k.as_bytes())?, Sequence(s))),
+            None => None,
+        };
+        let obligation = match self.obligation {
+            Some(o) => Some(o.build(table, key)?),
+            None => None,
+        };
+        Ok(LedgerRecord {
+            custodian,
+            obligation_id,
+            digest: Digest(self.digest),
+            kind: id::<Kind>(table, key, self.kind.as_bytes())?,
+            outcome: self.outcome,
+            reason: self.reason,
+            detail: self.detail,
+            effect,
+            key_sequence,
+            recorded_at: Timestamp::from_unix_micros(self.recorded_at),
+            deadline_at: Timestamp::from_unix_micros(self.deadline_at),
+            obligation,
+        })
+    }
+}
+
+/// Big-endian `u64`, so byte order is numeric order.
+pub(crate) fn u64_key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+/// Parses a [`u64_key`].
+pub(crate) fn parse_u64_key(table: &'static str, key: &[u8]) -> Result<u64, StoreError> {
+    let b: [u8; 8] = key
+        .try_into()
+        .map_err(|_| corrupt(table, key, "expected an 8-byte key"))?;
+    Ok(u64::from_be_bytes(b))
+}

@@ -1,0 +1,575 @@
+//! The storage semantics, written once over a minimal key-value
+//! transaction so that sled and redb keep exactly the same rules (see
+//! `abhyasa_core::store` for the contract).
+
+use std::time::Duration;
+
+use abhyasa_core::custody::{
+    CustodianSnapshot, IntentRecord, LedgerOutcome, ReceiverSnapshot, Reconciliation, Record,
+    TerminalSummary,
+};
+use abhyasa_core::principal::{AuthorizationEntry, DecisionItem, PrincipalWrite};
+use abhyasa_core::store::{
+    past_retention, terminal_state, Committed, Compacted, DurableState, EventId, LogEvent,
+    StoreError, StoredEvent, FORMAT_VERSION,
+};
+use abhyasa_core::{Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
+
+use crate::codec::{
+    corrupt, from_bytes, from_json, id, pair_key, parse_u64_key, split_pair_key, to_bytes, to_json,
+    u64_key, EffectRow, LedgerRow, PendingRow, TerminalRow,
+};
+
+/// The trees (sled) or tables (redb) of a node's database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// Format version and counters.
+    Meta,
+    /// Pending custody: obligation, `safe(O)`, attempts, next attempt.
+    Pending,
+    /// Terminal summaries.
+    Terminal,
+    /// Escalations, by log position.
+    Escalations,
+    /// Reconciliation items (late acks), by log position.
+    Reconciliations,
+    /// Principal state: authorizations, weights, open decisions.
+    Principal,
+    /// Receiver ledger: (custodian, id) → digest, outcome, reason, effect.
+    Ledger,
+    /// Receiver per-key newest sequence.
+    KeySequences,
+    /// Receiver-owned effect state.
+    Effects,
+    /// External-effect intents.
+    Intents,
+    /// The append-only event log.
+    Events,
+}
+
+impl Table {
+    pub(crate) const ALL: [Table; 11] = [
+        Table::Meta,
+        Table::Pending,
+        Table::Terminal,
+        Table::Escalations,
+        Table::Reconciliations,
+        Table::Principal,
+        Table::Ledger,
+        Table::KeySequences,
+        Table::Effects,
+        Table::Intents,
+        Table::Events,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Pending => "custody_pending",
+            Table::Terminal => "custody_terminal",
+            Table::Escalations => "escalations",
+            Table::Reconciliations => "reconciliations",
+            Table::Principal => "principal",
+            Table::Ledger => "receiver_ledger",
+            Table::KeySequences => "receiver_key_sequences",
+            Table::Effects => "receiver_effects",
+            Table::Intents => "intents",
+            Table::Events => "events",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Meta key of the format version (`u32`, big-endian).
+pub(crate) const META_FORMAT: &[u8] = b"format_version";
+/// Meta key of the next event id (`u64`, big-endian).
+const META_NEXT_EVENT: &[u8] = b"next_event";
+
+/// A write transaction: reads see the transaction's own writes; nothing is
+/// visible to others or durable until the backend commits it.
+pub(crate) trait Txn {
+    fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError>;
+    fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError>;
+}
+
+/// A visitor of `(key, value)` entries; returns `false` to stop.
+pub(crate) type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool, StoreError> + 'a;
+
+/// Keys to delete, by table.
+pub(crate) type Deletions = Vec<(Table, Vec<u8>)>;
+
+/// A consistent read view.
+pub(crate) trait View {
+    fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Calls `f` on every entry with key `>= from`, in key order, while it
+    /// returns `true`.
+    fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError>;
+}
+
+/// Whether a database holds a format version.
+pub(crate) enum Format {
+    /// No version and no data: a new database.
+    Fresh,
+    /// A version this build reads.
+    Known(u32),
+}
+
+/// Checks the stored format version.
+pub(crate) fn check_format(v: &dyn View) -> Result<Format, StoreError> {
+    match v.get(Table::Meta, META_FORMAT)? {
+        Some(b) => {
+            let arr: [u8; 4] = b
+                .as_slice()
+                .try_into()
+                .map_err(|_| corrupt("meta", META_FORMAT, "format version is not 4 bytes"))?;
+            let found = u32::from_be_bytes(arr);
+            if found > FORMAT_VERSION {
+                return Err(StoreError::NewerFormat {
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            Ok(Format::Known(found))
+        }
+        None => {
+            for t in Table::ALL {
+                let mut any = false;
+                v.scan(t, &[], &mut |_, _| {
+                    any = true;
+                    Ok(false)
+                })?;
+                if any {
+                    return Err(corrupt(
+                        "meta",
+                        META_FORMAT,
+                        format!("missing, but table {} holds data", t.name()),
+                    ));
+                }
+            }
+            Ok(Format::Fresh)
+        }
+    }
+}
+
+/// Writes the format version of a new database.
+pub(crate) fn init_format(txn: &mut dyn Txn) -> Result<(), StoreError> {
+    txn.put(Table::Meta, META_FORMAT, &FORMAT_VERSION.to_be_bytes())
+}
+
+fn next_event(get: Option<Vec<u8>>) -> Result<u64, StoreError> {
+    match get {
+        None => Ok(0),
+        Some(b) => {
+            parse_u64_key("meta", &b).map_err(|_| corrupt("meta", META_NEXT_EVENT, "not 8 bytes"))
+        }
+    }
+}
+
+fn principal_key(prefix: u8, s: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + s.len());
+    k.push(prefix);
+    k.extend_from_slice(s.as_bytes());
+    k
+}
+
+fn put_principal(txn: &mut dyn Txn, w: &PrincipalWrite) -> Result<(), StoreError> {
+    const T: &str = "principal";
+    match w {
+        PrincipalWrite::Authorization { key, entry } => {
+            let k = principal_key(b'a', key.as_str());
+            txn.put(Table::Principal, &k, &to_bytes(T, &k, entry)?)
+        }
+        PrincipalWrite::Weight { key, value } => txn.put(
+            Table::Principal,
+            &principal_key(b'w', key.as_str()),
+            &value.to_le_bytes(),
+        ),
+        PrincipalWrite::DecisionRaised(item) => {
+            let k = principal_key(b'd', item.obligation_id.as_str());
+            txn.put(Table::Principal, &k, &to_json(T, &k, item)?)
+        }
+        PrincipalWrite::DecisionClosed { obligation_id } => txn.del(
+            Table::Principal,
+            &principal_key(b'd', obligation_id.as_str()),
+        ),
+    }
+}
+
+fn read_principal(k: &[u8], v: &[u8]) -> Result<PrincipalWrite, StoreError> {
+    const T: &str = "principal";
+    let (prefix, rest) = k.split_first().ok_or_else(|| corrupt(T, k, "empty key"))?;
+    Ok(match prefix {
+        b'a' => PrincipalWrite::Authorization {
+            key: id::<GovernedKey>(T, k, rest)?,
+            entry: from_bytes::<AuthorizationEntry>(T, k, v)?,
+        },
+        b'w' => PrincipalWrite::Weight {
+            key: id::<GovernedKey>(T, k, rest)?,
+            value: f64::from_le_bytes(
+                v.try_into()
+                    .map_err(|_| corrupt(T, k, "weight is not 8 bytes"))?,
+            ),
+        },
+        b'd' => PrincipalWrite::DecisionRaised(from_json::<DecisionItem>(T, k, v)?),
+        _ => return Err(corrupt(T, k, "unknown key prefix")),
+    })
+}
+
+/// The digest an id is held under (pending or terminal), if any.
+fn held_digest(txn: &mut dyn Txn, id: &ObligationId) -> Result<Option<Digest>, StoreError> {
+    let k = id.as_str().as_bytes();
+    if let Some(b) = txn.get(Table::Pending, k)? {
+        return Ok(Some(Digest(
+            from_bytes::<PendingRow>("custody_pending", k, &b)?.digest,
+        )));
+    }
+    if let Some(b) = txn.get(Table::Terminal, k)? {
+        return Ok(Some(Digest(
+            from_bytes::<TerminalRow>("custody_terminal", k, &b)?.digest,
+        )));
+    }
+    Ok(None)
+}
+
+/// Idempotent offers: `Ok(true)` when the id is new, `Ok(false)` when it is
+/// held with the same digest, an error when held with another.
+fn offer_is_new(txn: &mut dyn Txn, id: &ObligationId, digest: Digest) -> Result<bool, StoreError> {
+    match held_digest(txn, id)? {
+        None => Ok(true),
+        Some(existing) if existing == digest => Ok(false),
+        Some(existing) => Err(StoreError::OfferConflict {
+            obligation_id: id.clone(),
+            existing,
+            offered: digest,
+        }),
+    }
+}
+
+fn update_pending(
+    txn: &mut dyn Txn,
+    id: &ObligationId,
+    f: impl FnOnce(&mut PendingRow),
+) -> Result<(), StoreError> {
+    const T: &str = "custody_pending";
+    let k = id.as_str().as_bytes();
+    if let Some(b) = txn.get(Table::Pending, k)? {
+        let mut row: PendingRow = from_bytes(T, k, &b)?;
+        f(&mut row);
+        txn.put(Table::Pending, k, &to_bytes(T, k, &row)?)?;
+    }
+    Ok(())
+}
+
+fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
+    match r {
+        Record::CustodyOpened { pending, principal } => {
+            let id = pending.obligation.id();
+            if offer_is_new(txn, id, pending.obligation.digest())? {
+                let k = id.as_str().as_bytes();
+                txn.put(
+                    Table::Pending,
+                    k,
+                    &to_bytes("custody_pending", k, &PendingRow::of(pending))?,
+                )?;
+                for w in principal {
+                    put_principal(txn, w)?;
+                }
+            }
+        }
+        Record::AttemptMade {
+            obligation_id,
+            attempts,
+            next_at,
+        } => update_pending(txn, obligation_id, |p| {
+            p.attempts = p.attempts.max(*attempts);
+            p.next_at = next_at.unix_micros();
+        })?,
+        Record::DeferralSeen { obligation_id } => {
+            update_pending(txn, obligation_id, |p| p.deferred = true)?
+        }
+        Record::CustodyClosed(c) => {
+            // Custodian atomicity: terminal mark, safe(O) writes and the
+            // escalation go into this one transaction, and a second close
+            // finds the terminal mark and changes nothing.
+            let k = c.obligation_id.as_str().as_bytes();
+            txn.del(Table::Pending, k)?;
+            if txn.get(Table::Terminal, k)?.is_none() {
+                for w in &c.principal {
+                    put_principal(txn, w)?;
+                }
+                let escalation = match &c.escalation {
+                    Some(e) => {
+                        let ek = u64_key(event);
+                        txn.put(Table::Escalations, &ek, &to_json("escalations", &ek, e)?)?;
+                        Some(event)
+                    }
+                    None => None,
+                };
+                let summary = TerminalSummary {
+                    obligation_id: c.obligation_id.clone(),
+                    digest: c.digest,
+                    target: c.target.clone(),
+                    state: terminal_state(&c.outcome),
+                    deadline_at: c.deadline_at,
+                    closed_at: c.closed_at,
+                    late_ack_recorded: false,
+                };
+                let row = TerminalRow::of(&summary, escalation);
+                txn.put(Table::Terminal, k, &to_bytes("custody_terminal", k, &row)?)?;
+            }
+        }
+        Record::BestEffortSent { summary, principal } => {
+            if offer_is_new(txn, &summary.obligation_id, summary.digest)? {
+                let k = summary.obligation_id.as_str().as_bytes();
+                let row = TerminalRow::of(summary, None);
+                txn.put(Table::Terminal, k, &to_bytes("custody_terminal", k, &row)?)?;
+                for w in principal {
+                    put_principal(txn, w)?;
+                }
+            }
+        }
+        Record::Principal { writes, .. } => {
+            for w in writes {
+                put_principal(txn, w)?;
+            }
+        }
+        Record::LateAck(rec) => {
+            const T: &str = "custody_terminal";
+            let k = rec.obligation_id.as_str().as_bytes();
+            if let Some(b) = txn.get(Table::Terminal, k)? {
+                let mut row: TerminalRow = from_bytes(T, k, &b)?;
+                if !row.late_ack_recorded {
+                    row.late_ack_recorded = true;
+                    row.reconciliation = Some(event);
+                    let rk = u64_key(event);
+                    txn.put(
+                        Table::Reconciliations,
+                        &rk,
+                        &to_bytes("reconciliations", &rk, rec)?,
+                    )?;
+                    txn.put(Table::Terminal, k, &to_bytes(T, k, &row)?)?;
+                }
+            }
+        }
+        Record::Ledger(l) => {
+            // Receiver atomicity (AB-3): effect, ledger entry and key
+            // sequence in this one transaction; a decided entry is final.
+            const T: &str = "receiver_ledger";
+            let k = pair_key(&l.custodian, &l.obligation_id);
+            if let Some(b) = txn.get(Table::Ledger, &k)? {
+                let existing: LedgerRow = from_bytes(T, &k, &b)?;
+                if matches!(
+                    existing.outcome,
+                    LedgerOutcome::Applied | LedgerOutcome::Declined
+                ) {
+                    return Ok(());
+                }
+            }
+            if l.outcome == LedgerOutcome::Applied {
+                for w in &l.effect {
+                    let ek = w.key.as_bytes();
+                    txn.put(
+                        Table::Effects,
+                        ek,
+                        &to_bytes("receiver_effects", ek, &EffectRow::of(&w.value))?,
+                    )?;
+                }
+                if let Some((key, seq)) = &l.key_sequence {
+                    let sk = key.as_str().as_bytes();
+                    let v = (seq.0, l.obligation_id.as_str());
+                    txn.put(
+                        Table::KeySequences,
+                        sk,
+                        &to_bytes("receiver_key_sequences", sk, &v)?,
+                    )?;
+                }
+            }
+            if matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined) {
+                txn.del(Table::Intents, &k)?;
+            }
+            txn.put(Table::Ledger, &k, &to_bytes(T, &k, &LedgerRow::of(l))?)?;
+        }
+        Record::Intent(i) => {
+            let k = pair_key(&i.custodian, i.obligation.id());
+            txn.put(Table::Intents, &k, &to_json("intents", &k, i)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies `batches` inside `txn` and appends their log events. The caller
+/// commits the transaction (durably) only if this returns `Ok`.
+pub(crate) fn commit(
+    txn: &mut dyn Txn,
+    now: Timestamp,
+    batches: &[&[Record]],
+) -> Result<Committed, StoreError> {
+    let first = next_event(txn.get(Table::Meta, META_NEXT_EVENT)?)?;
+    let mut event = first;
+    let mut records = 0;
+    for r in batches.iter().flat_map(|b| b.iter()) {
+        apply(txn, event, r)?;
+        let k = u64_key(event);
+        let row = (now.unix_micros(), LogEvent::of(r));
+        txn.put(Table::Events, &k, &to_bytes("events", &k, &row)?)?;
+        event += 1;
+        records += 1;
+    }
+    if event != first {
+        txn.put(Table::Meta, META_NEXT_EVENT, &u64_key(event))?;
+    }
+    Ok(Committed {
+        records,
+        first_event: EventId(first),
+        end_event: EventId(event),
+    })
+}
+
+/// Reads the durable state.
+pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
+    let mut c = CustodianSnapshot::default();
+    v.scan(Table::Pending, &[], &mut |k, b| {
+        let p = from_bytes::<PendingRow>("custody_pending", k, b)?.build("custody_pending", k)?;
+        c.pending.insert(p.obligation.id().clone(), p);
+        Ok(true)
+    })?;
+    v.scan(Table::Terminal, &[], &mut |k, b| {
+        let t =
+            from_bytes::<TerminalRow>("custody_terminal", k, b)?.build("custody_terminal", k)?;
+        c.terminal.insert(t.obligation_id.clone(), t);
+        Ok(true)
+    })?;
+    v.scan(Table::Principal, &[], &mut |k, b| {
+        c.principal.push(read_principal(k, b)?);
+        Ok(true)
+    })?;
+    v.scan(Table::Escalations, &[], &mut |k, b| {
+        c.escalations
+            .push(from_json::<Escalation>("escalations", k, b)?);
+        Ok(true)
+    })?;
+    v.scan(Table::Reconciliations, &[], &mut |k, b| {
+        c.reconciliations
+            .push(from_bytes::<Reconciliation>("reconciliations", k, b)?);
+        Ok(true)
+    })?;
+    let mut r = ReceiverSnapshot::default();
+    v.scan(Table::Ledger, &[], &mut |k, b| {
+        let l = from_bytes::<LedgerRow>("receiver_ledger", k, b)?.build("receiver_ledger", k)?;
+        r.ledger
+            .insert((l.custodian.clone(), l.obligation_id.clone()), l);
+        Ok(true)
+    })?;
+    v.scan(Table::KeySequences, &[], &mut |k, b| {
+        const T: &str = "receiver_key_sequences";
+        let (seq, oid): (u64, String) = from_bytes(T, k, b)?;
+        r.key_sequences.insert(
+            id::<GovernedKey>(T, k, k)?,
+            (Sequence(seq), id::<ObligationId>(T, k, oid.as_bytes())?),
+        );
+        Ok(true)
+    })?;
+    v.scan(Table::Effects, &[], &mut |k, b| {
+        const T: &str = "receiver_effects";
+        let key = std::str::from_utf8(k)
+            .map_err(|e| corrupt(T, k, e))?
+            .to_string();
+        r.effects
+            .insert(key, from_bytes::<EffectRow>(T, k, b)?.build(T, k)?);
+        Ok(true)
+    })?;
+    v.scan(Table::Intents, &[], &mut |k, b| {
+        let key = split_pair_key("intents", k)?;
+        r.intents
+            .insert(key, from_json::<IntentRecord>("intents", k, b)?);
+        Ok(true)
+    })?;
+    Ok(DurableState {
+        custodian: c,
+        receiver: r,
+        next_event: EventId(next_event(v.get(Table::Meta, META_NEXT_EVENT)?)?),
+    })
+}
+
+/// Reads up to `limit` log events from `from`.
+pub(crate) fn events(
+    v: &dyn View,
+    from: EventId,
+    limit: usize,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    v.scan(Table::Events, &u64_key(from.0), &mut |k, b| {
+        let id = parse_u64_key("events", k)?;
+        let (at, event): (i64, LogEvent) = from_bytes("events", k, b)?;
+        out.push(StoredEvent {
+            id: EventId(id),
+            at: Timestamp::from_unix_micros(at),
+            event,
+        });
+        Ok(out.len() < limit)
+    })?;
+    Ok(out)
+}
+
+/// The deletions a compaction makes, read from a view before the write
+/// transaction (the store has a single writer, so nothing changes between).
+pub(crate) fn plan_compaction(
+    v: &dyn View,
+    now: Timestamp,
+    retention: Duration,
+) -> Result<(Deletions, Compacted), StoreError> {
+    let mut dels = Vec::new();
+    let mut out = Compacted::default();
+    v.scan(Table::Terminal, &[], &mut |k, b| {
+        let row: TerminalRow = from_bytes("custody_terminal", k, b)?;
+        if past_retention(Timestamp::from_unix_micros(row.deadline_at), now, retention) {
+            dels.push((Table::Terminal, k.to_vec()));
+            out.terminal += 1;
+            if let Some(e) = row.escalation {
+                dels.push((Table::Escalations, u64_key(e).to_vec()));
+                out.escalations += 1;
+            }
+            if let Some(r) = row.reconciliation {
+                dels.push((Table::Reconciliations, u64_key(r).to_vec()));
+                out.reconciliations += 1;
+            }
+        }
+        Ok(true)
+    })?;
+    v.scan(Table::Ledger, &[], &mut |k, b| {
+        let row: LedgerRow = from_bytes("receiver_ledger", k, b)?;
+        if matches!(
+            row.outcome,
+            LedgerOutcome::Applied | LedgerOutcome::Declined
+        ) && past_retention(Timestamp::from_unix_micros(row.deadline_at), now, retention)
+        {
+            dels.push((Table::Ledger, k.to_vec()));
+            out.ledger += 1;
+        }
+        Ok(true)
+    })?;
+    v.scan(Table::Events, &[], &mut |k, b| {
+        let (at, _): (i64, LogEvent) = from_bytes("events", k, b)?;
+        if past_retention(Timestamp::from_unix_micros(at), now, retention) {
+            dels.push((Table::Events, k.to_vec()));
+            out.events += 1;
+        }
+        Ok(true)
+    })?;
+    Ok((dels, out))
+}
+
+/// Applies planned deletions.
+pub(crate) fn delete(txn: &mut dyn Txn, dels: &[(Table, Vec<u8>)]) -> Result<(), StoreError> {
+    for (t, k) in dels {
+        txn.del(*t, k)?;
+    }
+    Ok(())
+}

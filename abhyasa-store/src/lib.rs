@@ -1,0 +1,106 @@
+//! # abhyasa-store
+//!
+//! Embedded durable stores for Abhyasa nodes: [`RedbStore`] (the default)
+//! and [`SledStore`], both implementing the core's
+//! [`Store`](abhyasa_core::store::Store) trait with the same tables and the
+//! same rules (the semantics are written once, over a minimal key-value
+//! transaction, and both backends run the shared storage suite together
+//! with the core's `SimStore`).
+//!
+//! Tables (sled trees / redb tables): `meta` (format version, log
+//! counter), `custody_pending` (obligation, `safe(O)`, attempts, next
+//! attempt; the deadline is the obligation's absolute one),
+//! `custody_terminal`, `escalations`, `reconciliations`, `principal`
+//! (authorizations with sequences, routing weights, open decisions),
+//! `receiver_ledger` (id → digest, outcome, reason, effect),
+//! `receiver_key_sequences`, `receiver_effects`, `intents` and `events`
+//! (the append-only log).
+//!
+//! See `README.md` for the benchmark that chose the default.
+#![forbid(unsafe_code)]
+
+mod codec;
+mod engine;
+mod redb_store;
+mod sled_store;
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use abhyasa_core::store::{Store, StoreError};
+
+pub use redb_store::RedbStore;
+pub use sled_store::SledStore;
+
+/// Tuning shared by the backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Page cache size in bytes (sled's and redb's own default is 1 GiB;
+    /// ours is 64 MiB, so a node's memory is bounded by its pending set).
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Which backend a node uses (`store = "sled" | "redb"` in its config).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum StoreKind {
+    /// [`RedbStore`]: the default, chosen by measurement (see `README.md`).
+    #[default]
+    Redb,
+    /// [`SledStore`].
+    Sled,
+}
+
+impl StoreKind {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::Redb => "redb",
+            StoreKind::Sled => "sled",
+        }
+    }
+
+    /// Opens a store of this kind at `path` (a file for redb, a directory
+    /// for sled).
+    pub fn open(
+        self,
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+    ) -> Result<Box<dyn Store>, StoreError> {
+        Ok(match self {
+            StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
+            StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
+        })
+    }
+}
+
+impl fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown `store = "..."` value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown store {0:?}: expected \"redb\" or \"sled\"")]
+pub struct UnknownStoreKind(pub String);
+
+impl FromStr for StoreKind {
+    type Err = UnknownStoreKind;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "redb" => Ok(StoreKind::Redb),
+            "sled" => Ok(StoreKind::Sled),
+            other => Err(UnknownStoreKind(other.to_string())),
+        }
+    }
+}

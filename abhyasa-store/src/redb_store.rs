@@ -1,0 +1,233 @@
+//! [`RedbStore`]: the store on redb, one database file per node, one table
+//! per tree of the sled store. A redb write transaction spans tables and
+//! its commit is durable (fsync'd, `Durability::Immediate`) by default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use abhyasa_core::custody::Record;
+use abhyasa_core::store::{
+    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+};
+use abhyasa_core::Timestamp;
+
+use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::StoreOptions;
+
+const BACKEND: &str = "redb";
+
+type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+fn def(t: Table) -> Def {
+    TableDefinition::new(t.name())
+}
+
+fn backend(op: &'static str, e: impl Into<redb::Error>) -> StoreError {
+    match e.into() {
+        redb::Error::Io(source) => StoreError::Io { op, source },
+        other => StoreError::Backend {
+            backend: BACKEND,
+            op,
+            source: Box::new(other),
+        },
+    }
+}
+
+/// The store on redb.
+#[derive(Debug)]
+pub struct RedbStore {
+    db: redb::Database,
+    path: PathBuf,
+    format: u32,
+}
+
+struct RedbTxn<'t> {
+    wtx: &'t redb::WriteTransaction,
+    tables: Vec<Option<redb::Table<'t, &'static [u8], &'static [u8]>>>,
+}
+
+impl<'t> RedbTxn<'t> {
+    fn new(wtx: &'t redb::WriteTransaction) -> Self {
+        Self {
+            wtx,
+            tables: Table::ALL.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// Opens tables lazily: most commits touch three or four of them.
+    fn table(
+        &mut self,
+        t: Table,
+    ) -> Result<&mut redb::Table<'t, &'static [u8], &'static [u8]>, StoreError> {
+        let slot = &mut self.tables[t.index()];
+        if slot.is_none() {
+            *slot = Some(
+                self.wtx
+                    .open_table(def(t))
+                    .map_err(|e| backend("open table", e))?,
+            );
+        }
+        slot.as_mut().ok_or_else(|| StoreError::Backend {
+            backend: BACKEND,
+            op: "open table",
+            source: "table slot empty after open".into(),
+        })
+    }
+}
+
+impl Txn for RedbTxn<'_> {
+    fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .table(t)?
+            .get(k)
+            .map_err(|e| backend("read", e))?
+            .map(|v| v.value().to_vec()))
+    }
+
+    fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
+        self.table(t)?
+            .insert(k, v)
+            .map_err(|e| backend("write", e))?;
+        Ok(())
+    }
+
+    fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        self.table(t)?.remove(k).map_err(|e| backend("delete", e))?;
+        Ok(())
+    }
+}
+
+struct RedbView(redb::ReadTransaction);
+
+impl View for RedbView {
+    fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let table = self
+            .0
+            .open_table(def(t))
+            .map_err(|e| backend("open table", e))?;
+        Ok(table
+            .get(k)
+            .map_err(|e| backend("read", e))?
+            .map(|v| v.value().to_vec()))
+    }
+
+    fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
+        let table = self
+            .0
+            .open_table(def(t))
+            .map_err(|e| backend("open table", e))?;
+        for item in table.range(from..).map_err(|e| backend("scan", e))? {
+            let (k, v) = item.map_err(|e| backend("scan", e))?;
+            if !f(k.value(), v.value())? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RedbStore {
+    /// Opens (or creates) the database file `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, &StoreOptions::default())
+    }
+
+    /// Opens (or creates) the database file `path`. Fails with
+    /// [`StoreError::NewerFormat`] if it was written by a newer format.
+    pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let cache = usize::try_from(options.cache_bytes).unwrap_or(usize::MAX);
+        let db = redb::Builder::new()
+            .set_cache_size(cache)
+            .create(&path)
+            .map_err(|e| backend("open", e))?;
+        let mut s = Self {
+            db,
+            path,
+            format: 0,
+        };
+        // Every table exists from the start, so reads never meet a missing one.
+        s.transact(|t| {
+            for table in Table::ALL {
+                t.table(table)?;
+            }
+            Ok(())
+        })?;
+        s.format = match engine::check_format(&s.view()?)? {
+            Format::Known(v) => v,
+            Format::Fresh => {
+                s.transact(|t| engine::init_format(t))?;
+                abhyasa_core::store::FORMAT_VERSION
+            }
+        };
+        Ok(s)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn view(&self) -> Result<RedbView, StoreError> {
+        Ok(RedbView(
+            self.db.begin_read().map_err(|e| backend("begin read", e))?,
+        ))
+    }
+
+    fn transact<T>(
+        &mut self,
+        f: impl FnOnce(&mut RedbTxn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let wtx = self
+            .db
+            .begin_write()
+            .map_err(|e| backend("begin write", e))?;
+        let out = {
+            let mut t = RedbTxn::new(&wtx);
+            f(&mut t)
+        };
+        match out {
+            Ok(v) => {
+                // Durability::Immediate (the default): fsync'd before it returns.
+                wtx.commit().map_err(|e| backend("commit", e))?;
+                Ok(v)
+            }
+            Err(e) => {
+                wtx.abort().map_err(|e| backend("abort", e))?;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Store for RedbStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn format_version(&self) -> u32 {
+        self.format
+    }
+
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        self.transact(|t| engine::commit(t, now, batches))
+    }
+
+    fn load(&self) -> Result<DurableState, StoreError> {
+        engine::load(&self.view()?)
+    }
+
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        engine::events(&self.view()?, from, limit)
+    }
+
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        let (dels, out) = engine::plan_compaction(&self.view()?, now, retention)?;
+        if !dels.is_empty() {
+            self.transact(|t| engine::delete(t, &dels))?;
+        }
+        Ok(out)
+    }
+}
