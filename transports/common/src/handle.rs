@@ -132,7 +132,10 @@ impl TransportHandle {
     }
 
     /// Stops dialling and accepting, closes every connection and waits for
-    /// the transport's tasks (and sockets) to finish. Idempotent.
+    /// the transport's tasks to finish and its sockets to be released (for
+    /// QUIC this includes the closing connections' drain period, at most
+    /// three probe timeouts: about 3 s for a peer that never answered).
+    /// Idempotent.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         self.shared.tasks.close();

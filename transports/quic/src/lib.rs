@@ -1,1 +1,44 @@
-//! stub
+//! # abhyasa-quic
+//!
+//! The QUIC transport of Abhyasa, on `quinn` and `rustls` with the `ring`
+//! provider (no system dependencies).
+//!
+//! * **Identity.** Each node has an ECDSA P-256 key and a self-signed
+//!   certificate ([`generate_identity`], PEM helpers on [`Identity`]).
+//!   Peers are pinned by the certificate's SHA-256 [`Fingerprint`], bound
+//!   to their agent id ([`PeerPin`]).
+//! * **Mutual TLS 1.3.** The server requires a client certificate; both
+//!   sides accept only pinned certificates and still verify the handshake
+//!   signatures, so a connection from an unknown or mismatched key is
+//!   refused (and logged at `warn`). The authenticated peer of a connection
+//!   is the agent pinned to the certificate it presented.
+//! * **Framing.** Each side opens one unidirectional stream and writes
+//!   length-delimited `Envelope` frames; the reader runs them through the
+//!   core's `FrameDecoder` with the configured frame limit.
+//! * **Lossy links.** Keep-alive every 5 s, idle timeout 30 s
+//!   ([`DEFAULT_KEEP_ALIVE`], [`DEFAULT_IDLE_TIMEOUT`]); configured peers
+//!   are re-dialled with capped exponential backoff. The stateless-reset
+//!   key is derived from the node key, so a restarted node resets its
+//!   predecessor's connections and peers reconnect at once.
+//!
+//! [`start`] returns the common [`abhyasa_transport::Transport`].
+#![forbid(unsafe_code)]
+
+mod config;
+mod identity;
+mod tls;
+mod transport;
+mod verify;
+
+pub use config::{
+    QuicConfig, QuicPeer, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE,
+};
+pub use identity::{
+    generate_identity, verify_signature, Fingerprint, FingerprintParseError, Identity,
+    IdentityError, PeerPin, PinError, PinSet, SignatureError,
+};
+pub use tls::TlsError;
+pub use transport::{start, StartError};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+//! QUIC transport configuration.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use abhyasa_core::AgentId;
+use abhyasa_transport::LinkConfig;
+
+use crate::identity::{Identity, PeerPin};
+
+/// Default idle timeout: 30 s. A connection that hears nothing (not even a
+/// keep-alive acknowledgement) for this long is closed and, for configured
+/// peers, re-dialled.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default keep-alive interval: 5 s, a sixth of the idle timeout, so that
+/// five consecutive keep-alives (plus QUIC's own retransmissions) may be
+/// lost before a lossy but live link is declared dead.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Default bound on one dial attempt (handshake included): 10 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One peer: its pin, and the address to dial it at (none: it dials us).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicPeer {
+    /// Agent id bound to the certificate fingerprint.
+    pub pin: PeerPin,
+    /// Where to dial; `None` for a peer that only dials in.
+    pub addr: Option<SocketAddr>,
+}
+
+/// Everything [`start`](crate::start) needs.
+#[derive(Debug, Clone)]
+pub struct QuicConfig {
+    /// This node's agent id.
+    pub agent: AgentId,
+    /// This node's key and certificate.
+    pub identity: Identity,
+    /// UDP address to listen on (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// The pinned peers; no other certificate is accepted.
+    pub peers: Vec<QuicPeer>,
+    /// Frame limit, queues and reconnect backoff.
+    pub link: LinkConfig,
+    /// See [`DEFAULT_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// See [`DEFAULT_KEEP_ALIVE`]; must be below `idle_timeout`.
+    pub keep_alive: Duration,
+    /// See [`DEFAULT_CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
+}
+
+impl QuicConfig {
+    /// A configuration with no peers and default knobs.
+    pub fn new(agent: AgentId, identity: Identity, listen: SocketAddr) -> Self {
+        Self {
+            agent,
+            identity,
+            listen,
+            peers: Vec::new(),
+            link: LinkConfig::default(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Adds a peer (builder style).
+    pub fn with_peer(mut self, pin: PeerPin, addr: Option<SocketAddr>) -> Self {
+        self.peers.push(QuicPeer { pin, addr });
+        self
+    }
+}

@@ -1,0 +1,274 @@
+//! The QUIC transport: one endpoint that accepts pinned peers and dials
+//! configured ones; one connection carries frames in two unidirectional
+//! streams, one per direction.
+
+use std::sync::Arc;
+
+use abhyasa_core::AgentId;
+use abhyasa_transport::link::{DialError, Link, Registry};
+use abhyasa_transport::Transport;
+use bytes::Bytes;
+
+use crate::config::QuicConfig;
+use crate::identity::{PinError, PinSet};
+use crate::tls::{self, TlsError};
+
+/// Largest chunk read from a stream at once.
+const READ_CHUNK: usize = 64 * 1024;
+/// Frames coalesced into one write when the queue has several waiting.
+const WRITE_BATCH: usize = 64;
+/// Application close codes.
+const CLOSE_SHUTDOWN: u32 = 0;
+const CLOSE_UNKNOWN_PEER: u32 = 1;
+const CLOSE_PROTOCOL: u32 = 2;
+
+/// The transport could not start (local configuration or environment).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The peer list is inconsistent.
+    #[error("peer configuration: {0}")]
+    Pins(#[from] PinError),
+    /// The TLS configuration could not be built.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A timeout knob is out of range.
+    #[error("invalid timeouts: {0}")]
+    Timeouts(String),
+    /// The UDP socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct Ctx {
+    config: QuicConfig,
+    pins: Arc<PinSet>,
+    registry: Registry,
+    endpoint: quinn::Endpoint,
+    transport: Arc<quinn::TransportConfig>,
+}
+
+fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, StartError> {
+    if config.keep_alive >= config.idle_timeout {
+        return Err(StartError::Timeouts(format!(
+            "keep_alive ({:?}) must be below idle_timeout ({:?})",
+            config.keep_alive, config.idle_timeout
+        )));
+    }
+    let idle = quinn::IdleTimeout::try_from(config.idle_timeout)
+        .map_err(|e| StartError::Timeouts(format!("idle_timeout: {e}")))?;
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(Some(idle))
+        .keep_alive_interval(Some(config.keep_alive))
+        // One unidirectional stream each way; nothing else is allowed, so a
+        // peer cannot make us buffer streams we never read.
+        .max_concurrent_bidi_streams(0u8.into())
+        .max_concurrent_uni_streams(1u8.into());
+    Ok(t)
+}
+
+/// Starts the QUIC transport: binds `config.listen`, accepts pinned peers
+/// and dials every peer that has an address. Must be called within a tokio
+/// runtime.
+pub async fn start(config: QuicConfig) -> Result<Transport, StartError> {
+    let pins = Arc::new(PinSet::new(
+        &config.agent,
+        config.peers.iter().map(|p| &p.pin),
+    )?);
+    let transport = Arc::new(transport_config(&config)?);
+    let server = tls::server_config(&config.identity, pins.clone(), transport.clone())?;
+    let bind = |source| StartError::Bind {
+        addr: config.listen,
+        source,
+    };
+    let socket = std::net::UdpSocket::bind(config.listen).map_err(bind)?;
+    let endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::new(Arc::new(tls::reset_key(&config.identity))),
+        Some(server),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(bind)?;
+    let (registry, handle) = Registry::new(config.agent.clone(), config.link.clone());
+    if let Ok(addr) = endpoint.local_addr() {
+        registry.set_local_addr(addr);
+    }
+    for peer in &config.peers {
+        registry.add_peer(peer.pin.agent.clone());
+    }
+    let ctx = Arc::new(Ctx {
+        config,
+        pins,
+        registry: registry.clone(),
+        endpoint,
+        transport,
+    });
+    registry.spawn(accept_loop(ctx.clone()));
+    for peer in &ctx.config.peers {
+        if let Some(addr) = peer.addr {
+            let (ctx, agent) = (ctx.clone(), peer.pin.agent.clone());
+            registry.spawn_dialer(peer.pin.agent.clone(), move || {
+                dial(ctx.clone(), agent.clone(), addr)
+            });
+        }
+    }
+    Ok(handle)
+}
+
+async fn accept_loop(ctx: Arc<Ctx>) {
+    let token = ctx.registry.shutdown_token();
+    loop {
+        let incoming = tokio::select! {
+            _ = token.cancelled() => break,
+            i = ctx.endpoint.accept() => match i {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        let ctx2 = ctx.clone();
+        ctx.registry.spawn(async move {
+            let remote = incoming.remote_address();
+            match accept(&ctx2, incoming).await {
+                Ok(()) => {}
+                Err(e) => tracing::warn!(%remote, error = %e, "refused inbound QUIC connection"),
+            }
+        });
+    }
+    ctx.endpoint.close(CLOSE_SHUTDOWN.into(), b"shutdown");
+    // Let the close frames go out and closing connections drain (up to
+    // three probe timeouts) so the UDP port is free when this returns.
+    ctx.endpoint.wait_idle().await;
+}
+
+async fn accept(ctx: &Ctx, incoming: quinn::Incoming) -> Result<(), DialError> {
+    let connecting = incoming.accept().map_err(DialError::new)?;
+    let conn = tokio::time::timeout(ctx.config.connect_timeout, connecting)
+        .await
+        .map_err(|_| DialError::new("handshake timed out"))?
+        .map_err(DialError::new)?;
+    // The verifier admitted only pinned fingerprints; this maps the one
+    // presented to its agent id (the authenticated peer).
+    let Some(peer) = tls::peer_fingerprint(&conn).and_then(|fp| ctx.pins.agent(&fp).cloned())
+    else {
+        conn.close(CLOSE_UNKNOWN_PEER.into(), b"unknown peer");
+        return Err(DialError::new("peer certificate not pinned"));
+    };
+    tracing::info!(%peer, remote = %conn.remote_address(), "accepted QUIC connection");
+    run(ctx, conn, peer).await
+}
+
+async fn dial(ctx: Arc<Ctx>, peer: AgentId, addr: std::net::SocketAddr) -> Result<(), DialError> {
+    let expected = *ctx
+        .pins
+        .fingerprint(&peer)
+        .ok_or_else(|| DialError::new("peer is not pinned"))?;
+    let client = tls::dangerous_pinned_client_config(
+        &ctx.config.identity,
+        &peer,
+        expected,
+        ctx.transport.clone(),
+    )
+    .map_err(DialError::new)?;
+    let connecting = ctx
+        .endpoint
+        .connect_with(client, addr, tls::SERVER_NAME)
+        .map_err(DialError::new)?;
+    let conn = tokio::time::timeout(ctx.config.connect_timeout, connecting)
+        .await
+        .map_err(|_| {
+            DialError::new(format!(
+                "no handshake with {addr} within the connect timeout"
+            ))
+        })?
+        .map_err(DialError::new)?;
+    // Belt and braces: the verifier already compared the pin.
+    if tls::peer_fingerprint(&conn) != Some(expected) {
+        conn.close(CLOSE_UNKNOWN_PEER.into(), b"unexpected certificate");
+        return Err(DialError::new("server certificate does not match the pin"));
+    }
+    tracing::info!(%peer, %addr, "dialled QUIC connection");
+    run(&ctx, conn, peer).await
+}
+
+/// Carries frames over an authenticated connection until it ends.
+async fn run(ctx: &Ctx, conn: quinn::Connection, peer: AgentId) -> Result<(), DialError> {
+    let link = match ctx.registry.attach(&peer).await {
+        Ok(link) => link,
+        Err(e) => {
+            conn.close(CLOSE_SHUTDOWN.into(), b"not accepting");
+            return Err(DialError::new(e));
+        }
+    };
+    let Link {
+        guard,
+        outbound,
+        inbound,
+    } = link;
+    let token = ctx.registry.shutdown_token();
+    let why = tokio::select! {
+        _ = token.cancelled() => {
+            conn.close(CLOSE_SHUTDOWN.into(), b"shutdown");
+            "shutdown".to_string()
+        }
+        e = write_frames(&conn, outbound) => e,
+        e = read_frames(&conn, inbound) => e,
+    };
+    if conn.close_reason().is_none() && !token.is_cancelled() {
+        conn.close(CLOSE_PROTOCOL.into(), why.as_bytes());
+    }
+    tracing::info!(%peer, reason = %why, "QUIC connection ended");
+    guard.close().await;
+    Ok(())
+}
+
+async fn write_frames(
+    conn: &quinn::Connection,
+    mut outbound: tokio::sync::mpsc::Receiver<Bytes>,
+) -> String {
+    let mut send = match conn.open_uni().await {
+        Ok(s) => s,
+        Err(e) => return e.to_string(),
+    };
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    while let Some(frame) = outbound.recv().await {
+        batch.push(frame);
+        while batch.len() < WRITE_BATCH {
+            match outbound.try_recv() {
+                Ok(f) => batch.push(f),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = send.write_all_chunks(&mut batch).await {
+            return e.to_string();
+        }
+        batch.clear();
+    }
+    "send queue closed".into()
+}
+
+async fn read_frames(
+    conn: &quinn::Connection,
+    mut inbound: abhyasa_transport::link::InboundSink,
+) -> String {
+    let mut recv = match conn.accept_uni().await {
+        Ok(r) => r,
+        Err(e) => return e.to_string(),
+    };
+    loop {
+        match recv.read_chunk(READ_CHUNK, true).await {
+            Ok(Some(chunk)) => {
+                if inbound.push_stream(&chunk.bytes).await.is_err() {
+                    return "incoming receiver dropped".into();
+                }
+            }
+            Ok(None) => return "peer finished its stream".into(),
+            Err(e) => return e.to_string(),
+        }
+    }
+}
