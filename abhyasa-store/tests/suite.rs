@@ -215,14 +215,14 @@ fn reoffer_with_same_digest_is_a_no_op() {
         let mut b = backend(kind);
         let ob = phala("p", -0.3);
         let open = opened(&ob);
-        let _ = b.commit(EPOCH, &[&[open.clone()]]).unwrap();
+        let _ = b.commit(EPOCH, &[std::slice::from_ref(&open)]).unwrap();
         let attempt = Record::AttemptMade {
             obligation_id: ob.id().clone(),
             attempts: 3,
             next_at: at(9),
         };
         let _ = b.commit(at(5), &[&[attempt]]).unwrap();
-        let _ = b.commit(at(6), &[&[open.clone()]]).unwrap();
+        let _ = b.commit(at(6), &[std::slice::from_ref(&open)]).unwrap();
         restart(&mut b);
         let p = &b.load().custodian.pending[ob.id()];
         assert_eq!(
