@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use crate::link::Shared;
-use crate::Incoming;
+use crate::{Incoming, TransportStats};
 
 /// A started transport: the handle to send with and the channel to receive
 /// from. Split it with a `let Transport { handle, incoming } = ...`.
@@ -114,6 +114,11 @@ impl TransportHandle {
         prost::encoding::encode_varint(body.len() as u64, &mut frame);
         frame.extend_from_slice(&body);
         self.shared.queue(peer, Bytes::from(frame))
+    }
+
+    /// The transport's counters since it started.
+    pub fn stats(&self) -> TransportStats {
+        self.shared.counters.snapshot()
     }
 
     /// Whether at least one authenticated connection to `peer` is up.

@@ -34,8 +34,10 @@ mod handle;
 mod incoming;
 pub mod link;
 pub mod mem;
+mod stats;
 
 pub use backoff::{Backoff, BackoffSchedule};
 pub use config::LinkConfig;
 pub use handle::{SendError, Transport, TransportHandle};
 pub use incoming::Incoming;
+pub use stats::TransportStats;

@@ -12,9 +12,13 @@
 //!   signatures, so a connection from an unknown or mismatched key is
 //!   refused (and logged at `warn`). The authenticated peer of a connection
 //!   is the agent pinned to the certificate it presented.
-//! * **Framing.** Each side opens one unidirectional stream and writes
-//!   length-delimited `Envelope` frames; the reader runs them through the
-//!   core's `FrameDecoder` with the configured frame limit.
+//! * **Framing.** Each side opens one unidirectional stream, writes the
+//!   8-byte preamble `abhyasa1`, then length-delimited `Envelope` frames;
+//!   the reader runs them through the core's `FrameDecoder` with the
+//!   configured frame limit. A connection is reported `Connected` only once
+//!   the peer's preamble has arrived: in TLS 1.3 a client completes its
+//!   handshake before the server has checked the client certificate, so
+//!   this is the client's proof that it was accepted.
 //! * **Lossy links.** Keep-alive every 5 s, idle timeout 30 s
 //!   ([`DEFAULT_KEEP_ALIVE`], [`DEFAULT_IDLE_TIMEOUT`]); configured peers
 //!   are re-dialled with capped exponential backoff. The stateless-reset

@@ -52,3 +52,16 @@ pub(super) async fn next(t: &mut Transport) -> Incoming {
         .expect("an incoming item within 10 s")
         .expect("incoming channel open")
 }
+
+/// Polls `cond` until it holds, for at most 10 s. For conditions no event
+/// announces (counters).
+pub(super) async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

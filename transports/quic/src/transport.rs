@@ -17,6 +17,8 @@ use crate::tls::{self, TlsError};
 const READ_CHUNK: usize = 64 * 1024;
 /// Frames coalesced into one write when the queue has several waiting.
 const WRITE_BATCH: usize = 64;
+/// First bytes of each side's stream, before any frame.
+const PREAMBLE: &[u8] = b"abhyasa1";
 /// Application close codes.
 const CLOSE_SHUTDOWN: u32 = 0;
 const CLOSE_UNKNOWN_PEER: u32 = 1;
@@ -134,9 +136,9 @@ async fn accept_loop(ctx: Arc<Ctx>) {
         let ctx2 = ctx.clone();
         ctx.registry.spawn(async move {
             let remote = incoming.remote_address();
-            match accept(&ctx2, incoming).await {
-                Ok(()) => {}
-                Err(e) => tracing::warn!(%remote, error = %e, "refused inbound QUIC connection"),
+            if let Err(e) = accept(&ctx2, incoming).await {
+                ctx2.registry.count_refused();
+                tracing::warn!(%remote, error = %e, "refused inbound QUIC connection");
             }
         });
     }
@@ -196,8 +198,45 @@ async fn dial(ctx: Arc<Ctx>, peer: AgentId, addr: std::net::SocketAddr) -> Resul
     run(&ctx, conn, peer).await
 }
 
-/// Carries frames over an authenticated connection until it ends.
+/// Opens our stream and waits for the peer's. The peer's preamble is the
+/// proof that it accepted us: in TLS 1.3 a client finishes its handshake
+/// before the server has checked the client certificate, and a server only
+/// opens its stream once it has.
+async fn open_streams(
+    conn: &quinn::Connection,
+) -> Result<(quinn::SendStream, quinn::RecvStream), DialError> {
+    let mut send = conn.open_uni().await.map_err(DialError::new)?;
+    send.write_all(PREAMBLE).await.map_err(DialError::new)?;
+    let mut recv = conn.accept_uni().await.map_err(DialError::new)?;
+    let mut preamble = [0u8; PREAMBLE.len()];
+    recv.read_exact(&mut preamble)
+        .await
+        .map_err(DialError::new)?;
+    if preamble != PREAMBLE {
+        return Err(DialError::new(
+            "peer stream does not start with the abhyasa preamble",
+        ));
+    }
+    Ok((send, recv))
+}
+
+/// Carries frames over an authenticated connection until it ends. `Err`
+/// if the connection never got as far as carrying frames.
 async fn run(ctx: &Ctx, conn: quinn::Connection, peer: AgentId) -> Result<(), DialError> {
+    let streams = tokio::time::timeout(ctx.config.connect_timeout, open_streams(&conn)).await;
+    let (send, recv) = match streams {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            conn.close(CLOSE_PROTOCOL.into(), b"no stream");
+            return Err(e);
+        }
+        Err(_) => {
+            conn.close(CLOSE_PROTOCOL.into(), b"no stream");
+            return Err(DialError::new(
+                "peer opened no stream within the connect timeout",
+            ));
+        }
+    };
     let link = match ctx.registry.attach(&peer).await {
         Ok(link) => link,
         Err(e) => {
@@ -216,8 +255,8 @@ async fn run(ctx: &Ctx, conn: quinn::Connection, peer: AgentId) -> Result<(), Di
             conn.close(CLOSE_SHUTDOWN.into(), b"shutdown");
             "shutdown".to_string()
         }
-        e = write_frames(&conn, outbound) => e,
-        e = read_frames(&conn, inbound) => e,
+        e = write_frames(send, outbound) => e,
+        e = read_frames(recv, inbound) => e,
     };
     if conn.close_reason().is_none() && !token.is_cancelled() {
         conn.close(CLOSE_PROTOCOL.into(), why.as_bytes());
@@ -228,13 +267,9 @@ async fn run(ctx: &Ctx, conn: quinn::Connection, peer: AgentId) -> Result<(), Di
 }
 
 async fn write_frames(
-    conn: &quinn::Connection,
+    mut send: quinn::SendStream,
     mut outbound: tokio::sync::mpsc::Receiver<Bytes>,
 ) -> String {
-    let mut send = match conn.open_uni().await {
-        Ok(s) => s,
-        Err(e) => return e.to_string(),
-    };
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     while let Some(frame) = outbound.recv().await {
         batch.push(frame);
@@ -253,13 +288,9 @@ async fn write_frames(
 }
 
 async fn read_frames(
-    conn: &quinn::Connection,
+    mut recv: quinn::RecvStream,
     mut inbound: abhyasa_transport::link::InboundSink,
 ) -> String {
-    let mut recv = match conn.accept_uni().await {
-        Ok(r) => r,
-        Err(e) => return e.to_string(),
-    };
     loop {
         match recv.read_chunk(READ_CHUNK, true).await {
             Ok(Some(chunk)) => {

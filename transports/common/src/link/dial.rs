@@ -52,7 +52,10 @@ impl Registry {
                         tracing::info!(%peer, "connection ended; re-dialling");
                         schedule.reset();
                     }
-                    Err(e) => tracing::warn!(%peer, error = %e, "dial failed"),
+                    Err(e) => {
+                        registry.count_dial_failure();
+                        tracing::warn!(%peer, error = %e, "dial failed");
+                    }
                 }
                 let delay = schedule.next_delay();
                 tokio::select! {

@@ -6,6 +6,9 @@ use abhyasa_core::{AgentId, PeerError};
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
+use std::sync::Arc;
+
+use crate::stats::{bump, Counters};
 use crate::Incoming;
 
 /// The runtime dropped its incoming receiver; the connection should end.
@@ -28,16 +31,23 @@ pub struct InboundSink {
     decoder: FrameDecoder,
     buf: BytesMut,
     max_frame: usize,
+    counters: Arc<Counters>,
 }
 
 impl InboundSink {
-    pub(crate) fn new(peer: AgentId, tx: mpsc::Sender<Incoming>, max_frame: usize) -> Self {
+    pub(crate) fn new(
+        peer: AgentId,
+        tx: mpsc::Sender<Incoming>,
+        max_frame: usize,
+        counters: Arc<Counters>,
+    ) -> Self {
         Self {
             peer,
             tx,
             decoder: FrameDecoder::new(max_frame),
             buf: BytesMut::new(),
             max_frame,
+            counters,
         }
     }
 
@@ -71,8 +81,12 @@ impl InboundSink {
     async fn deliver(&mut self, result: Result<Envelope, PeerError>) -> Result<(), ReceiverGone> {
         let peer = self.peer.clone();
         let item = match result {
-            Ok(envelope) if envelope.sender == peer => Incoming::Frame { peer, envelope },
+            Ok(envelope) if envelope.sender == peer => {
+                bump(&self.counters.frames_received);
+                Incoming::Frame { peer, envelope }
+            }
             Ok(envelope) => {
+                bump(&self.counters.unauthorized);
                 tracing::warn!(
                     %peer,
                     claimed = %envelope.sender,
@@ -84,6 +98,7 @@ impl InboundSink {
                 }
             }
             Err(error) => {
+                bump(&self.counters.malformed);
                 tracing::debug!(%peer, %error, "malformed frame");
                 Incoming::Malformed { peer, error }
             }

@@ -28,6 +28,7 @@ use tokio_util::task::TaskTracker;
 pub use dial::DialError;
 pub use inbound::{decode_message, InboundSink, ReceiverGone};
 
+use crate::stats::{bump, Counters};
 use crate::{Incoming, LinkConfig, SendError, Transport, TransportHandle};
 
 /// Why a connection could not be attached.
@@ -103,6 +104,7 @@ pub(crate) struct Shared {
     pub(crate) tasks: TaskTracker,
     next_link: AtomicU64,
     local_addr: Mutex<Option<SocketAddr>>,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl Shared {
@@ -128,7 +130,9 @@ impl Shared {
         tx.try_send(frame).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => SendError::QueueFull(peer.clone()),
             mpsc::error::TrySendError::Closed(_) => SendError::NotConnected(peer.clone()),
-        })
+        })?;
+        bump(&self.counters.frames_sent);
+        Ok(())
     }
 
     pub(crate) fn connections(&self, peer: &AgentId) -> usize {
@@ -188,6 +192,7 @@ impl Registry {
             tasks: TaskTracker::new(),
             next_link: AtomicU64::new(1),
             local_addr: Mutex::new(None),
+            counters: Arc::default(),
         });
         let handle = TransportHandle::new(shared.clone(), shutdown.drop_guard());
         (
@@ -251,6 +256,16 @@ impl Registry {
         self.shared.queue(peer, frame)
     }
 
+    /// Counts an inbound connection refused before it was attached
+    /// (handshake failure, authentication, timeout).
+    pub fn count_refused(&self) {
+        bump(&self.shared.counters.refused);
+    }
+
+    fn count_dial_failure(&self) {
+        bump(&self.shared.counters.dial_failures);
+    }
+
     /// Spawns a task that [`TransportHandle::shutdown`] waits for.
     pub fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
     where
@@ -305,6 +320,7 @@ impl Registry {
                 peer.clone(),
                 shared.incoming.clone(),
                 shared.config.max_frame,
+                shared.counters.clone(),
             ),
         })
     }

@@ -145,8 +145,13 @@ async fn bad_frames_are_reported_and_the_connection_survives() {
     let (_ep, conn) = raw_client(&a_id, &id("b"), b_id.fingerprint, addr).await;
     let conn = conn.expect("a pinned client connects");
     let mut send = conn.open_uni().await.expect("stream");
+    let mut recv = conn.accept_uni().await.expect("b's stream");
+    let mut preamble = [0u8; 8];
+    recv.read_exact(&mut preamble).await.expect("b's preamble");
+    assert_eq!(&preamble, b"abhyasa1");
 
-    let mut bytes = vec![3u8, 0xff, 0xff, 0xff]; // complete frame, junk body
+    let mut bytes = b"abhyasa1".to_vec();
+    bytes.extend_from_slice(&[3u8, 0xff, 0xff, 0xff]); // complete frame, junk body
     let mut v2 = frame(&query(&id("a"), 0));
     assert_eq!(&v2[1..3], &[0x08, 0x01], "version is the first field");
     v2[2] = 0x02;
@@ -254,6 +259,41 @@ async fn a_mismatched_server_certificate_is_refused() {
         !matches!(b.incoming.try_recv(), Ok(Incoming::Frame { .. })),
         "no frame from the refused attempt"
     );
+}
+
+// The same refusals seen from full transports: neither side reports a
+// connection, the refusing side counts it, the dialler keeps failing.
+#[tokio::test]
+async fn transports_with_unpinned_or_mismatched_keys_never_connect() {
+    let Pair {
+        a: _a,
+        mut b,
+        b_id,
+        b_addr,
+        ..
+    } = pair(None).await;
+    let impostor = identity(&id("a"));
+    let cfg = config(&id("a"), &impostor, loopback()).with_peer(b_id.pin(id("b")), Some(b_addr));
+    let bad = start(cfg).await.expect("starts");
+    wait_for("two refusals", || b.handle.stats().refused >= 2).await;
+    wait_for("a failed dial", || bad.handle.stats().dial_failures >= 1).await;
+    assert!(
+        b.incoming.try_recv().is_err(),
+        "nothing reported for the impostor"
+    );
+    assert!(!bad.handle.is_connected(&id("b")));
+    bad.handle.shutdown().await;
+
+    // A node that pins someone else's key for "b" refuses b's certificate.
+    let (x, other) = (identity(&id("x")), identity(&id("b")));
+    let cfg = config(&id("x"), &x, loopback()).with_peer(other.pin(id("b")), Some(b_addr));
+    let confused = start(cfg).await.expect("starts");
+    wait_for("a failed dial", || {
+        confused.handle.stats().dial_failures >= 2
+    })
+    .await;
+    assert!(!confused.handle.is_connected(&id("b")));
+    assert!(b.incoming.try_recv().is_err());
 }
 
 #[tokio::test]
