@@ -1,0 +1,221 @@
+use abhyasa_core::PeerError;
+use abhyasa_transport::SendError;
+use futures_util::SinkExt as _;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use super::*;
+use crate::StartError;
+
+/// `b` listens; `a` dials it.
+async fn pair() -> (Transport, Server) {
+    let mut s = server(None).await;
+    let a_cfg = config(&id("a"), &s.a_id, None).with_peer(s.b_id.pin(id("b")), Some(url(s.addr)));
+    let mut a = start(a_cfg).await.expect("a starts");
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+    assert_eq!(next(&mut s.b).await, Incoming::Connected(id("a")));
+    (a, s)
+}
+
+#[tokio::test]
+async fn frames_round_trip_both_ways() {
+    let (mut a, Server { mut b, .. }) = pair().await;
+    a.handle
+        .send(&id("b"), &query(&id("a"), 1))
+        .expect("queued");
+    b.handle
+        .send(&id("a"), &query(&id("b"), 2))
+        .expect("queued");
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: query(&id("a"), 1)
+        }
+    );
+    assert_eq!(
+        next(&mut a).await,
+        Incoming::Frame {
+            peer: id("b"),
+            envelope: query(&id("b"), 2)
+        }
+    );
+    let big = Envelope::new(
+        id("a"),
+        Message::StatusQuery(
+            (0..8_000)
+                .map(|i| ObligationId::new(format!("obligation-{i}")).expect("id"))
+                .collect(),
+        ),
+    );
+    a.handle.send(&id("b"), &big).expect("queued");
+    for n in 0..200 {
+        a.handle
+            .send(&id("b"), &query(&id("a"), n))
+            .expect("queued");
+    }
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: big
+        }
+    );
+    for n in 0..200 {
+        assert_eq!(
+            next(&mut b).await,
+            Incoming::Frame {
+                peer: id("a"),
+                envelope: query(&id("a"), n)
+            }
+        );
+    }
+    a.handle.shutdown().await;
+    assert_eq!(next(&mut b).await, Incoming::Disconnected(id("a")));
+}
+
+// C-T-4 over WebSocket: every bad message is reported and consumed; the
+// connection carries the next good frame.
+#[tokio::test]
+async fn bad_messages_are_reported_and_the_connection_survives() {
+    let Server {
+        mut b,
+        a_id,
+        b_id,
+        addr,
+    } = server(Some(1024)).await;
+    let mut ws = raw_connect(addr).await;
+    let pins = PinSet::new(&id("a"), &[b_id.pin(id("b"))]).expect("pins");
+    raw_hello(&mut ws, &a_id, &id("a"), &id("b"), &pins)
+        .await
+        .expect("hello accepted");
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+
+    let mut v2 = frame(&query(&id("a"), 0));
+    assert_eq!(&v2[1..3], &[0x08, 0x01], "version is the first field");
+    v2[2] = 0x02;
+    let mut oversize = vec![0x81, 0x08]; // length 1025 > 1024
+    oversize.extend_from_slice(&[0u8; 1025]);
+    let mut two = frame(&query(&id("a"), 8));
+    two.extend_from_slice(&frame(&query(&id("a"), 9)));
+    let good = frame(&query(&id("a"), 2));
+    let messages = vec![
+        WsMessage::Binary(vec![3u8, 0xff, 0xff, 0xff].into()),
+        WsMessage::Binary(v2.into()),
+        WsMessage::Binary(oversize.into()),
+        WsMessage::Binary(good[..good.len() - 1].to_vec().into()),
+        WsMessage::Binary(two.into()),
+        WsMessage::Text("hello".into()),
+        WsMessage::Binary(frame(&query(&id("mallory"), 1)).into()),
+        WsMessage::Binary(good.into()),
+    ];
+    for m in messages {
+        ws.send(m).await.expect("sent");
+    }
+    let malformed = |i: Incoming| match i {
+        Incoming::Malformed { peer, error } if peer == id("a") => error,
+        other => panic!("expected Malformed from a, got {other:?}"),
+    };
+    assert!(matches!(
+        malformed(next(&mut b).await),
+        PeerError::Malformed { .. }
+    ));
+    assert!(matches!(
+        malformed(next(&mut b).await),
+        PeerError::UnsupportedVersion { found: 2, .. }
+    ));
+    assert!(matches!(
+        malformed(next(&mut b).await),
+        PeerError::FrameTooLarge {
+            size: 1025,
+            max: 1024
+        }
+    ));
+    for detail in ["ends inside a frame", "after the frame", "text message"] {
+        match malformed(next(&mut b).await) {
+            PeerError::Malformed { detail: d, .. } => assert!(d.contains(detail), "{d}"),
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Unauthorized {
+            peer: id("a"),
+            claimed: id("mallory")
+        }
+    );
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: query(&id("a"), 2)
+        }
+    );
+}
+
+#[tokio::test]
+async fn reconnects_after_either_peer_restarts() {
+    let (mut a, s) = pair().await;
+    let Server {
+        b,
+        a_id,
+        b_id,
+        addr,
+    } = s;
+
+    // The listener restarts on the same port: the dialler re-dials.
+    b.handle.shutdown().await;
+    assert_eq!(next(&mut a).await, Incoming::Disconnected(id("b")));
+    assert_eq!(
+        a.handle.send(&id("b"), &query(&id("a"), 1)),
+        Err(SendError::NotConnected(id("b")))
+    );
+    let b_cfg = config(&id("b"), &b_id, Some(addr)).with_peer(a_id.pin(id("a")), None);
+    let mut b = start(b_cfg).await.expect("b restarts on its port");
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    a.handle
+        .send(&id("b"), &query(&id("a"), 2))
+        .expect("queued");
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: query(&id("a"), 2)
+        }
+    );
+
+    // The dialler restarts: the listener sees it leave and come back.
+    a.handle.shutdown().await;
+    assert_eq!(next(&mut b).await, Incoming::Disconnected(id("a")));
+    let a_cfg = config(&id("a"), &a_id, None).with_peer(b_id.pin(id("b")), Some(url(addr)));
+    let mut a = start(a_cfg).await.expect("a restarts");
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    b.handle
+        .send(&id("a"), &query(&id("b"), 3))
+        .expect("queued");
+    assert_eq!(
+        next(&mut a).await,
+        Incoming::Frame {
+            peer: id("b"),
+            envelope: query(&id("b"), 3)
+        }
+    );
+}
+
+#[tokio::test]
+async fn incoherent_configs_do_not_start() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let mut cfg = config(&id("a"), &a_id, None);
+    cfg.keep_alive = cfg.idle_timeout;
+    assert!(matches!(start(cfg).await, Err(StartError::Timeouts(_))));
+    for bad in ["http://127.0.0.1:1/", "ws://", "not a url"] {
+        let cfg = config(&id("a"), &a_id, None).with_peer(b_id.pin(id("b")), Some(bad.into()));
+        assert!(
+            matches!(start(cfg).await, Err(StartError::Url { .. })),
+            "{bad}"
+        );
+    }
+    let cfg = config(&id("a"), &a_id, None).with_peer(a_id.pin(id("a")), None);
+    assert!(matches!(start(cfg).await, Err(StartError::Pins(_))));
+}
