@@ -1,0 +1,313 @@
+//! Store benchmark: sled and redb side by side.
+//!
+//! ```text
+//! cargo run --release -p abhyasa-store --example store_bench            # 1,000,000 pending
+//! cargo run --release -p abhyasa-store --example store_bench -- --quick # 100,000, fewer commits
+//! cargo run --release -p abhyasa-store --example store_bench -- --pending 250000
+//! ```
+//!
+//! Prints, per backend: committed obligations/s at batch sizes 1, 16, 256
+//! and 4096 (each obligation is a `CustodyOpened`, the receiver's applied
+//! `Ledger` entry and, one commit later, its `CustodyClosed`: one durable
+//! group commit per batch); bytes of disk and of memory per pending
+//! obligation; and the time to reopen the database and recover N pending
+//! obligations into a running `Custodian` (measured in a fresh child
+//! process, so its resident memory is the recovery's alone).
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use abhyasa_core::custody::{
+    Custodian, CustodianConfig, CustodyProfile, Receiver, ReceiverConfig, Record, StandardApplier,
+};
+use abhyasa_core::polarity::{PolarityRegistry, PHALA_KIND};
+use abhyasa_core::store::Store;
+use abhyasa_core::{AckStatus, AgentId, Backoff, CustodyAck, Obligation, Timestamp};
+use abhyasa_store::{StoreKind, StoreOptions};
+use serde_json::json;
+
+const EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
+
+fn obligation(i: u64) -> Obligation {
+    Obligation::builder()
+        .id(format!("ob-{i:010}"))
+        .kind(PHALA_KIND)
+        .target("receiver")
+        .payload(json!({"weight_delta": -0.25, "weight_key": format!("route-{}", i % 1000), "reason": "corrective"}))
+        .deadline_seconds(600)
+        .max_retries(64)
+        .created_at(EPOCH)
+        .build()
+        .expect("valid obligation")
+}
+
+fn custodian() -> Custodian {
+    let mut cfg = CustodianConfig::new(AgentId::new("custodian").expect("id"));
+    cfg.max_pending = usize::MAX;
+    cfg.default_profile = CustodyProfile {
+        backoff: Backoff::DEFAULT,
+        ..CustodyProfile::default()
+    };
+    Custodian::new(cfg, PolarityRegistry::standard())
+}
+
+fn drain(c: &mut Custodian) -> Vec<Record> {
+    let mut out = Vec::new();
+    while let Some(b) = c.poll_records() {
+        c.handle_committed(b.token());
+        out.extend(b.records);
+    }
+    out
+}
+
+/// Per batch: the opens and the receiver's ledger entries of its
+/// obligations, and their closes (committed one batch later).
+struct Batch {
+    opens_and_ledger: Vec<Record>,
+    closes: Vec<Record>,
+}
+
+fn make_batches(first: u64, batch: usize, count: usize) -> Vec<Batch> {
+    let mut c = custodian();
+    let mut r = Receiver::new(
+        ReceiverConfig::new(AgentId::new("receiver").expect("id")),
+        PolarityRegistry::standard(),
+    );
+    let mut applier = StandardApplier::default();
+    let from = AgentId::new("custodian").expect("id");
+    let to = AgentId::new("receiver").expect("id");
+    let mut out = Vec::with_capacity(count);
+    for b in 0..count {
+        let mut opens_and_ledger = Vec::with_capacity(batch * 2);
+        let mut obs = Vec::with_capacity(batch);
+        for i in 0..batch {
+            let ob = obligation(first + (b * batch + i) as u64);
+            c.offer(EPOCH, ob.clone()).expect("offer");
+            obs.push(ob);
+        }
+        opens_and_ledger.extend(drain(&mut c));
+        for ob in &obs {
+            let _ = r.handle_obligation(EPOCH, &from, ob.clone(), &mut applier);
+        }
+        while let Some(rb) = r.poll_records() {
+            r.handle_committed(rb.token());
+            opens_and_ledger.extend(rb.records);
+        }
+        while r.poll_transmit().is_some() {}
+        for ob in &obs {
+            let ack = CustodyAck::new(
+                ob.id().clone(),
+                to.clone(),
+                AckStatus::Applied,
+                EPOCH,
+                Some(ob.digest()),
+            );
+            c.handle_ack(EPOCH, &to, &ack);
+        }
+        let closes = drain(&mut c);
+        while c.poll_transmit().is_some() {}
+        while c.poll_event().is_some() {}
+        out.push(Batch {
+            opens_and_ledger,
+            closes,
+        });
+    }
+    out
+}
+
+fn db_path(kind: StoreKind, dir: &Path) -> PathBuf {
+    match kind {
+        StoreKind::Sled => dir.join("sled"),
+        StoreKind::Redb => dir.join("node.redb"),
+    }
+}
+
+fn disk_bytes(p: &Path) -> u64 {
+    let Ok(md) = std::fs::metadata(p) else {
+        return 0;
+    };
+    if md.is_file() {
+        return md.len();
+    }
+    std::fs::read_dir(p)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| disk_bytes(&e.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Obligations/s committing `count` batches of `batch` obligations.
+fn throughput(kind: StoreKind, batch: usize, count: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = kind
+        .open(db_path(kind, dir.path()), &StoreOptions::default())
+        .expect("open");
+    let batches = make_batches(0, batch, count + 1);
+    let start = Instant::now();
+    for i in 0..count {
+        let prev: &[Record] = if i == 0 { &[] } else { &batches[i - 1].closes };
+        let _ = store
+            .commit(EPOCH, &[&batches[i].opens_and_ledger, prev])
+            .expect("commit");
+    }
+    (count * batch) as f64 / start.elapsed().as_secs_f64()
+}
+
+struct Scale {
+    write_secs: f64,
+    disk_per_pending: f64,
+    recover_secs: f64,
+    load_secs: f64,
+    rss_per_pending: f64,
+}
+
+fn scale(kind: StoreKind, pending: u64) -> Scale {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_path(kind, dir.path());
+    let batch = 4096usize;
+    let mut write = Duration::ZERO;
+    {
+        let mut store = kind.open(&path, &StoreOptions::default()).expect("open");
+        let mut c = custodian();
+        let mut done = 0u64;
+        while done < pending {
+            let n = batch.min((pending - done) as usize);
+            for i in 0..n {
+                c.offer(EPOCH, obligation(done + i as u64)).expect("offer");
+            }
+            let b = c.poll_records().expect("records");
+            let t = Instant::now();
+            let _ = store.commit(EPOCH, &[&b.records]).expect("commit");
+            write += t.elapsed();
+            c.handle_committed(b.token());
+            while c.poll_transmit().is_some() {}
+            while c.poll_event().is_some() {}
+            done += n as u64;
+        }
+    }
+    let disk = disk_bytes(&path);
+    let out = Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--recover-child",
+            kind.as_str(),
+            &path.display().to_string(),
+            &pending.to_string(),
+        ])
+        .output()
+        .expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| -> f64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.parse().ok()))
+            .unwrap_or(f64::NAN)
+    };
+    Scale {
+        write_secs: write.as_secs_f64(),
+        disk_per_pending: disk as f64 / pending as f64,
+        recover_secs: field("recover_secs="),
+        load_secs: field("load_secs="),
+        rss_per_pending: field("rss_delta=") / pending as f64,
+    }
+}
+
+fn recover_child(kind: &str, path: &str, pending: u64) {
+    let kind: StoreKind = kind.parse().expect("kind");
+    let before = rss_bytes();
+    let t = Instant::now();
+    let store = kind.open(path, &StoreOptions::default()).expect("open");
+    let state = store.load().expect("load");
+    let loaded = t.elapsed().as_secs_f64();
+    let mut cfg = CustodianConfig::new(AgentId::new("custodian").expect("id"));
+    cfg.max_pending = usize::MAX;
+    let c = Custodian::restore(cfg, PolarityRegistry::standard(), &state.custodian);
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(c.pending_len() as u64, pending, "recovered pending count");
+    drop(state);
+    let after = rss_bytes();
+    println!(
+        "recover_secs={secs} load_secs={loaded} rss_delta={}",
+        after.saturating_sub(before)
+    );
+    drop(c);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--recover-child") {
+        recover_child(&args[2], &args[3], args[4].parse().expect("pending"));
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let pending: u64 = args
+        .iter()
+        .position(|a| a == "--pending")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("--pending N"))
+        .unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let kinds = [StoreKind::Sled, StoreKind::Redb];
+    let only_scale = args.iter().any(|a| a == "--only-scale");
+    println!(
+        "abhyasa-store bench ({} mode; {} cores)",
+        if quick { "quick" } else { "full" },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("one durable group commit per batch; an obligation = CustodyOpened + Ledger(applied) + CustodyClosed");
+    println!();
+    println!(
+        "{:>28} {:>14} {:>14} {:>8}",
+        "committed obligations/s", "sled", "redb", "redb/sled"
+    );
+    for (batch, count) in [(1usize, 200usize), (16, 150), (256, 40), (4096, 8)] {
+        if only_scale {
+            break;
+        }
+        let count = if quick { (count / 4).max(3) } else { count };
+        let r: Vec<f64> = kinds.iter().map(|k| throughput(*k, batch, count)).collect();
+        println!(
+            "{:>28} {:>14.0} {:>14.0} {:>8.2}",
+            format!("batch {batch}"),
+            r[0],
+            r[1],
+            r[1] / r[0]
+        );
+    }
+    println!();
+    println!("{pending} pending obligations (opened in batches of 4096):");
+    let s: Vec<Scale> = kinds.iter().map(|k| scale(*k, pending)).collect();
+    println!("{:>28} {:>14} {:>14}", "", "sled", "redb");
+    println!(
+        "{:>28} {:>14.1} {:>14.1}",
+        "write time, s", s[0].write_secs, s[1].write_secs
+    );
+    println!(
+        "{:>28} {:>14.0} {:>14.0}",
+        "disk bytes / pending", s[0].disk_per_pending, s[1].disk_per_pending
+    );
+    println!(
+        "{:>28} {:>14.0} {:>14.0}",
+        "memory bytes / pending", s[0].rss_per_pending, s[1].rss_per_pending
+    );
+    println!(
+        "{:>28} {:>14.2} {:>14.2}",
+        "reopen + recover, s", s[0].recover_secs, s[1].recover_secs
+    );
+    println!(
+        "{:>28} {:>14.2} {:>14.2}",
+        "  of which open + load, s", s[0].load_secs, s[1].load_secs
+    );
+}
