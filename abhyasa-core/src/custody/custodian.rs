@@ -274,7 +274,7 @@ pub enum Offered {
     AlreadyTerminal(TerminalState),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Pending {
     obligation: Obligation,
     safe: SafeAction,
@@ -288,7 +288,10 @@ struct Pending {
 
 /// The custodian state machine. See the module docs for the polling
 /// contract.
-#[derive(Debug)]
+///
+/// `Clone` lets a model checker explore alternative futures from one state;
+/// a driver must never run two clones against the same store and peers.
+#[derive(Debug, Clone)]
 pub struct Custodian {
     config: CustodianConfig,
     registry: PolarityRegistry,
@@ -343,6 +346,12 @@ impl Custodian {
         }
         for p in snapshot.pending.values() {
             let deadline_at = p.obligation.deadline_at();
+            #[cfg(feature = "mutations")]
+            let deadline_at = crate::mutations::deadline_on_recovery(
+                deadline_at,
+                p.next_at,
+                p.obligation.deadline_seconds(),
+            );
             let due = p.next_at.min(deadline_at);
             c.timers.insert((due, p.obligation.id().clone()));
             c.pending.insert(
@@ -395,6 +404,11 @@ impl Custodian {
     /// Attempts made for a pending obligation.
     pub fn attempts(&self, id: &ObligationId) -> Option<u32> {
         self.pending.get(id).map(|p| p.attempts)
+    }
+
+    /// The absolute deadline of a pending obligation.
+    pub fn pending_deadline(&self, id: &ObligationId) -> Option<Timestamp> {
+        self.pending.get(id).map(|p| p.deadline_at)
     }
 
     /// Ids under custody towards `target` (for a status query after a
@@ -848,6 +862,10 @@ impl Custodian {
         let Some(p) = self.take_pending(id) else {
             return;
         };
+        #[cfg(feature = "mutations")]
+        if crate::mutations::active(crate::mutations::Mutation::DeclineAsApplied) {
+            return self.close(now, &p, CustodyOutcome::Applied, Vec::new(), None);
+        }
         let policy = self.config.profile(p.obligation.kind()).decline_policy;
         let (disposition, principal) = match policy {
             DeclinePolicy::ApplySafe => {

@@ -1,0 +1,620 @@
+//! The driver: one tokio task owns the custodian and the receiver, feeds
+//! them inputs, arms one timer for the next timeout, and runs the
+//! write-ahead pipeline: records go to the store thread as one group
+//! commit; what depends on them is released only when it returns.
+
+use std::collections::HashMap;
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+
+use abhyasa_core::custody::{
+    AckDisposition, Applier, ApplyDecision, Custodian, CustodianEvent, ExternalOutcome, Offered,
+    Received, Receiver, ReceiverEvent, TerminalState, Transmit,
+};
+use abhyasa_core::principal::{Authorization, Resolution};
+use abhyasa_core::wire::{Envelope, Message, ProtocolError};
+use abhyasa_core::{
+    AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
+};
+use abhyasa_transport::{Incoming, TransportHandle};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::clock::Clock;
+use crate::metrics::MetricsSnapshot;
+use crate::node::{NodeError, NodeEvent, Outcome, StatusView};
+use crate::store_thread::{CommitDone, CommitJob, Job};
+
+/// Most obligation ids in one status query.
+const STATUS_QUERY_CHUNK: usize = 512;
+
+#[derive(Debug)]
+pub(crate) enum Command {
+    Offer {
+        obligation: Obligation,
+        reply: oneshot::Sender<Result<Offered, NodeError>>,
+    },
+    WaitOutcome {
+        id: ObligationId,
+        reply: oneshot::Sender<Result<Outcome, NodeError>>,
+    },
+    Status {
+        id: ObligationId,
+        reply: oneshot::Sender<StatusView>,
+    },
+    Decide {
+        key: GovernedKey,
+        state: Authorization,
+        sequence: Option<Sequence>,
+        reply: oneshot::Sender<GuardOutcome>,
+    },
+    Resolve {
+        id: ObligationId,
+        resolution: Resolution,
+        reply: oneshot::Sender<Result<Option<GuardOutcome>, NodeError>>,
+    },
+    Complete {
+        custodian: AgentId,
+        id: ObligationId,
+        decision: ApplyDecision,
+        reply: oneshot::Sender<Result<Received, NodeError>>,
+    },
+    External {
+        custodian: AgentId,
+        id: ObligationId,
+        outcome: ExternalOutcome,
+        reply: oneshot::Sender<Result<Received, NodeError>>,
+    },
+    Metrics {
+        reply: oneshot::Sender<MetricsSnapshot>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+pub(crate) struct Driver {
+    agent: AgentId,
+    custodian: Custodian,
+    receiver: Receiver,
+    applier: Box<dyn Applier + Send>,
+    clock: Arc<dyn Clock>,
+    transport: TransportHandle,
+    incoming: mpsc::Receiver<Incoming>,
+    commands: mpsc::Receiver<Command>,
+    store: std_mpsc::Sender<Job>,
+    commit_done: mpsc::UnboundedReceiver<CommitDone>,
+    store_join: Option<std::thread::JoinHandle<()>>,
+    in_flight: bool,
+    events: broadcast::Sender<NodeEvent>,
+    offer_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
+    outcome_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
+    metrics: MetricsSnapshot,
+    max_batch_inputs: usize,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        agent: AgentId,
+        custodian: Custodian,
+        receiver: Receiver,
+        applier: Box<dyn Applier + Send>,
+        clock: Arc<dyn Clock>,
+        transport: TransportHandle,
+        incoming: mpsc::Receiver<Incoming>,
+        commands: mpsc::Receiver<Command>,
+        store: std_mpsc::Sender<Job>,
+        commit_done: mpsc::UnboundedReceiver<CommitDone>,
+        store_join: std::thread::JoinHandle<()>,
+        events: broadcast::Sender<NodeEvent>,
+        max_batch_inputs: usize,
+    ) -> Self {
+        Self {
+            agent,
+            custodian,
+            receiver,
+            applier,
+            clock,
+            transport,
+            incoming,
+            commands,
+            store,
+            commit_done,
+            store_join: Some(store_join),
+            in_flight: false,
+            events,
+            offer_waiters: HashMap::new(),
+            outcome_waiters: HashMap::new(),
+            metrics: MetricsSnapshot::default(),
+            max_batch_inputs,
+            shutdown: None,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Runs until shutdown, a store failure, or every handle is dropped.
+    pub(crate) async fn run(mut self) {
+        let span = tracing::info_span!("node", agent = %self.agent);
+        let _enter = span.enter();
+        tracing::info!(pending = self.custodian.pending_len(), "node started");
+        // A restore may have emitted records (in-doubt intents).
+        self.pump();
+        let result = self.main_loop().await;
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "node stopped on error");
+        }
+        // Fail the waiters rather than leave them hanging.
+        self.offer_waiters.clear();
+        self.outcome_waiters.clear();
+        let _ = self.store.send(Job::Stop);
+        if let Some(j) = self.store_join.take() {
+            let _ = tokio::task::spawn_blocking(move || j.join()).await;
+        }
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+    }
+
+    async fn main_loop(&mut self) -> Result<(), NodeError> {
+        loop {
+            let timer = self.custodian.poll_timeout().map(|t| {
+                let wait = t.saturating_duration_since(self.now());
+                tokio::time::Instant::now() + wait
+            });
+            tokio::select! {
+                biased;
+                done = self.commit_done.recv() => {
+                    match done {
+                        Some(d) => self.on_committed(d)?,
+                        None => return Err(NodeError::Stopped),
+                    }
+                }
+                cmd = self.commands.recv() => {
+                    match cmd {
+                        Some(c) => {
+                            if !self.on_command(c) {
+                                self.drain_before_stop().await?;
+                                return Ok(());
+                            }
+                        }
+                        None => {
+                            self.drain_before_stop().await?;
+                            return Ok(());
+                        }
+                    }
+                }
+                inc = self.incoming.recv() => {
+                    match inc {
+                        Some(i) => self.on_incoming(i),
+                        None => {
+                            tracing::warn!("transport closed");
+                            self.drain_before_stop().await?;
+                            return Ok(());
+                        }
+                    }
+                }
+                _ = sleep_until(timer), if timer.is_some() => {
+                    let now = self.now();
+                    self.custodian.handle_timeout(now);
+                }
+            }
+            // Group commit: fold whatever else is ready into this batch.
+            let mut n = 0;
+            while n < self.max_batch_inputs {
+                if let Ok(i) = self.incoming.try_recv() {
+                    self.on_incoming(i);
+                    n += 1;
+                    continue;
+                }
+                match self.commands.try_recv() {
+                    Ok(c) => {
+                        if !self.on_command(c) {
+                            self.drain_before_stop().await?;
+                            return Ok(());
+                        }
+                        n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.pump();
+        }
+    }
+
+    /// Waits for the commit in flight and the last batch before stopping.
+    async fn drain_before_stop(&mut self) -> Result<(), NodeError> {
+        for _ in 0..2 {
+            self.pump();
+            if self.in_flight {
+                match self.commit_done.recv().await {
+                    Some(d) => self.on_committed(d)?,
+                    None => return Err(NodeError::Stopped),
+                }
+            }
+        }
+        self.pump();
+        Ok(())
+    }
+
+    /// Starts a commit if none is in flight, then releases what is
+    /// committed.
+    fn pump(&mut self) {
+        if !self.in_flight {
+            let c = self.custodian.poll_records();
+            let r = self.receiver.poll_records();
+            if c.is_some() || r.is_some() {
+                let job = CommitJob {
+                    now: self.now(),
+                    custodian: c.map(|b| {
+                        let t = b.token();
+                        (b.records, t)
+                    }),
+                    receiver: r.map(|b| {
+                        let t = b.token();
+                        (b.records, t)
+                    }),
+                };
+                if self.store.send(Job::Commit(job)).is_ok() {
+                    self.in_flight = true;
+                }
+            }
+        }
+        self.release();
+    }
+
+    fn on_committed(&mut self, d: CommitDone) -> Result<(), NodeError> {
+        self.in_flight = false;
+        if let Err(e) = d.result {
+            // Nothing that depends on this batch was released; stop rather
+            // than run without durability.
+            return Err(NodeError::Store(e));
+        }
+        self.metrics.commits += 1;
+        self.metrics.commit_batch_records.record(d.records as u64);
+        self.metrics.commit_latency_us.record(d.micros);
+        if let Some(t) = d.custodian {
+            self.custodian.handle_committed(t);
+        }
+        if let Some(t) = d.receiver {
+            self.receiver.handle_committed(t);
+        }
+        self.pump();
+        Ok(())
+    }
+
+    fn send(&mut self, t: Transmit) {
+        let env = Envelope::new(self.agent.clone(), t.message);
+        match self.transport.send(&t.to, &env) {
+            Ok(()) => self.metrics.frames_out += 1,
+            Err(e) => {
+                // Custody retries; the transport never claims delivery.
+                self.metrics.frames_unsent += 1;
+                tracing::debug!(peer = %t.to, error = %e, "frame not sent");
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        while let Some(t) = self.custodian.poll_transmit() {
+            self.send(t);
+        }
+        while let Some(t) = self.receiver.poll_transmit() {
+            self.send(t);
+        }
+        while let Some(e) = self.custodian.poll_event() {
+            self.on_custodian_event(&e);
+            let _ = self.events.send(NodeEvent::Custodian(e));
+        }
+        while let Some(e) = self.receiver.poll_event() {
+            if matches!(e, ReceiverEvent::Applied { .. }) {
+                self.metrics.receiver_applied += 1;
+            }
+            tracing::debug!(event = ?e, "receiver");
+            let _ = self.events.send(NodeEvent::Receiver(e));
+        }
+    }
+
+    fn on_custodian_event(&mut self, e: &CustodianEvent) {
+        let done = |id: &ObligationId, state, attempts, reason, escalation| Outcome {
+            obligation_id: id.clone(),
+            state,
+            attempts,
+            reason,
+            escalation,
+        };
+        let (id, outcome) = match e {
+            CustodianEvent::Opened {
+                obligation_id,
+                deadline_at,
+            } => {
+                tracing::info!(id = %obligation_id, %deadline_at, "custody opened");
+                self.answer_offer(
+                    obligation_id,
+                    Offered::Custody {
+                        deadline_at: *deadline_at,
+                    },
+                );
+                return;
+            }
+            CustodianEvent::BestEffortSent { obligation_id, .. } => {
+                self.answer_offer(obligation_id, Offered::BestEffort);
+                (
+                    obligation_id.clone(),
+                    done(
+                        obligation_id,
+                        TerminalState::BestEffort,
+                        Some(1),
+                        None,
+                        None,
+                    ),
+                )
+            }
+            CustodianEvent::Applied {
+                obligation_id,
+                attempts,
+                latency,
+                ..
+            } => {
+                tracing::info!(id = %obligation_id, attempts, "applied");
+                self.metrics.record_ack_latency(*latency);
+                (
+                    obligation_id.clone(),
+                    done(
+                        obligation_id,
+                        TerminalState::Applied,
+                        Some(*attempts),
+                        None,
+                        None,
+                    ),
+                )
+            }
+            CustodianEvent::Declined {
+                obligation_id,
+                reason,
+                ..
+            } => {
+                tracing::info!(id = %obligation_id, ?reason, "declined");
+                (
+                    obligation_id.clone(),
+                    done(obligation_id, TerminalState::Declined, None, *reason, None),
+                )
+            }
+            CustodianEvent::Escalated(esc) => {
+                tracing::warn!(id = %esc.obligation_id, cause = %esc.cause, attempts = esc.attempts, "escalated; fail-safe applied");
+                (
+                    esc.obligation_id.clone(),
+                    done(
+                        &esc.obligation_id,
+                        TerminalState::Escalated,
+                        Some(esc.attempts),
+                        None,
+                        Some(esc.clone()),
+                    ),
+                )
+            }
+            other => {
+                tracing::debug!(event = ?other, "custodian");
+                return;
+            }
+        };
+        if let Some(ws) = self.outcome_waiters.remove(&id) {
+            for w in ws {
+                let _ = w.send(Ok(outcome.clone()));
+            }
+        }
+    }
+
+    fn answer_offer(&mut self, id: &ObligationId, offered: Offered) {
+        if let Some(ws) = self.offer_waiters.remove(id) {
+            for w in ws {
+                let _ = w.send(Ok(offered.clone()));
+            }
+        }
+    }
+
+    fn on_incoming(&mut self, i: Incoming) {
+        let now = self.now();
+        match i {
+            Incoming::Frame { peer, envelope } => {
+                self.metrics.frames_in += 1;
+                self.on_message(now, &peer, envelope.message);
+            }
+            Incoming::Malformed { peer, error } => {
+                self.metrics.frames_bad += 1;
+                tracing::warn!(%peer, %error, "malformed frame");
+                let reply = ProtocolError::from_peer_error(&error);
+                self.send(Transmit {
+                    to: peer.clone(),
+                    message: Message::Error(reply),
+                });
+                let _ = self.events.send(NodeEvent::PeerMisbehaved {
+                    peer,
+                    what: error.to_string(),
+                });
+            }
+            Incoming::Unauthorized { peer, claimed } => {
+                self.metrics.frames_bad += 1;
+                tracing::warn!(%peer, %claimed, "frame with a foreign sender dropped");
+                let _ = self.events.send(NodeEvent::PeerMisbehaved {
+                    peer,
+                    what: format!("claimed to be {claimed}"),
+                });
+            }
+            Incoming::Connected(peer) => {
+                tracing::info!(%peer, "peer up");
+                // Ask at once what became of what we hold for it, so a
+                // healed partition discharges without waiting for backoff.
+                let pending = self.custodian.pending_for(&peer);
+                for chunk in pending.chunks(STATUS_QUERY_CHUNK) {
+                    self.send(Transmit {
+                        to: peer.clone(),
+                        message: Message::StatusQuery(chunk.to_vec()),
+                    });
+                }
+                let _ = self.events.send(NodeEvent::PeerUp(peer));
+            }
+            Incoming::Disconnected(peer) => {
+                tracing::info!(%peer, "peer down");
+                let _ = self.events.send(NodeEvent::PeerDown(peer));
+            }
+            other => tracing::debug!(?other, "transport"),
+        }
+    }
+
+    fn on_message(&mut self, now: Timestamp, peer: &AgentId, m: Message) {
+        match m {
+            Message::Obligation(o) => {
+                let got = self
+                    .receiver
+                    .handle_obligation(now, peer, o, self.applier.as_mut());
+                tracing::debug!(%peer, ?got, "obligation received");
+            }
+            Message::Acks(acks) => {
+                for a in &acks {
+                    let d = self.custodian.handle_ack(now, peer, a);
+                    if let AckDisposition::Ignored(why) = d {
+                        tracing::warn!(%peer, id = %a.obligation_id, ?why, "ack ignored");
+                    }
+                }
+            }
+            Message::StatusQuery(ids) => self.receiver.handle_status_query(now, peer, &ids),
+            Message::StatusReply(r) => self.custodian.handle_status_reply(now, peer, &r),
+            Message::Error(e) => {
+                tracing::warn!(%peer, code = ?e.code, message = %e.message, "peer reported an error");
+                self.custodian.handle_error(now, peer, &e);
+            }
+        }
+    }
+
+    /// Returns false on shutdown.
+    fn on_command(&mut self, c: Command) -> bool {
+        let now = self.now();
+        match c {
+            Command::Offer { obligation, reply } => {
+                let id = obligation.id().clone();
+                match self.custodian.offer(now, obligation) {
+                    Ok(o @ (Offered::Custody { .. } | Offered::BestEffort)) => {
+                        // Answered once the record is durable.
+                        let _ = o;
+                        self.offer_waiters.entry(id).or_default().push(reply);
+                    }
+                    Ok(other) => {
+                        let _ = reply.send(Ok(other));
+                    }
+                    Err(e) => {
+                        tracing::info!(%id, error = %e, "offer refused");
+                        let _ = reply.send(Err(NodeError::Offer(e)));
+                    }
+                }
+            }
+            Command::WaitOutcome { id, reply } => {
+                if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
+                    self.outcome_waiters.entry(id).or_default().push(reply);
+                } else if let Some(t) = self.custodian.terminal(&id) {
+                    let _ = reply.send(Ok(Outcome {
+                        obligation_id: id,
+                        state: t.state,
+                        attempts: None,
+                        reason: None,
+                        escalation: None,
+                    }));
+                } else {
+                    let _ = reply.send(Err(NodeError::Unknown(format!("obligation {id}"))));
+                }
+            }
+            Command::Status { id, reply } => {
+                let custodian = if self.custodian.is_pending(&id) {
+                    Some("pending".to_string())
+                } else {
+                    self.custodian.terminal(&id).map(|t| {
+                        serde_json::to_value(t.state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    })
+                };
+                let mut receiver = Vec::new();
+                for peer in self.transport.known_peers() {
+                    if let Some(o) = self.receiver.ledger_outcome(&peer, &id) {
+                        let s = serde_json::to_value(o)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default();
+                        receiver.push((peer, s));
+                    }
+                }
+                let _ = reply.send(StatusView {
+                    obligation_id: id.clone(),
+                    custodian,
+                    attempts: self.custodian.attempts(&id),
+                    deadline_at: self.custodian.pending_deadline(&id),
+                    receiver,
+                });
+            }
+            Command::Decide {
+                key,
+                state,
+                sequence,
+                reply,
+            } => {
+                let _ = reply.send(self.custodian.decide(now, &key, state, sequence));
+            }
+            Command::Resolve {
+                id,
+                resolution,
+                reply,
+            } => {
+                let r = self
+                    .custodian
+                    .resolve_decision(now, &id, resolution)
+                    .ok_or_else(|| NodeError::Unknown(format!("decision item {id}")));
+                let _ = reply.send(r);
+            }
+            Command::Complete {
+                custodian,
+                id,
+                decision,
+                reply,
+            } => {
+                let r = self
+                    .receiver
+                    .complete_deferred(now, &custodian, &id, decision)
+                    .map_err(NodeError::from);
+                let _ = reply.send(r);
+            }
+            Command::External {
+                custodian,
+                id,
+                outcome,
+                reply,
+            } => {
+                let r = self
+                    .receiver
+                    .handle_external_outcome(now, &custodian, &id, outcome)
+                    .map_err(NodeError::from);
+                let _ = reply.send(r);
+            }
+            Command::Metrics { reply } => {
+                self.metrics
+                    .absorb_custodian(self.custodian.stats(), self.custodian.pending_len());
+                let _ = reply.send(self.metrics.clone());
+            }
+            Command::Shutdown { reply } => {
+                self.shutdown = Some(reply);
+                return false;
+            }
+        }
+        true
+    }
+}
+
+async fn sleep_until(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending::<()>().await,
+    }
+}

@@ -1,0 +1,5 @@
+//! The `abhyasa` command line.
+
+fn main() {
+    println!("abhyasa {}", env!("CARGO_PKG_VERSION"));
+}
