@@ -25,6 +25,23 @@ const UPPER_MASK: u32 = 0x8000_0000;
 /// Least significant 31 bits of a state word.
 const LOWER_MASK: u32 = 0x7fff_ffff;
 
+/// MT19937 `init_genrand(s)`.
+const fn init_genrand(s: u32) -> [u32; N] {
+    let mut mt = [0u32; N];
+    mt[0] = s;
+    let mut k = 1;
+    while k < N {
+        mt[k] = 1_812_433_253u32
+            .wrapping_mul(mt[k - 1] ^ (mt[k - 1] >> 30))
+            .wrapping_add(k as u32);
+        k += 1;
+    }
+    mt
+}
+
+/// The state `init_by_array` starts from.
+const INIT_BY_ARRAY_BASE: [u32; N] = init_genrand(19_650_218);
+
 /// A Mersenne Twister generator that reproduces CPython's `random.Random`.
 ///
 /// `PyRandom::new(s)` yields the same stream as `random.Random(s)` for any
@@ -74,7 +91,12 @@ impl PyRandom {
     #[must_use]
     pub fn from_key(key: &[u32]) -> Self {
         let key: &[u32] = if key.is_empty() { &[0] } else { key };
-        let mut rng = Self::from_u32_seed(19_650_218);
+        // `init_by_array` always starts from `init_genrand(19650218)`;
+        // that state is computed at compile time (a third of seeding).
+        let mut rng = Self {
+            mt: INIT_BY_ARRAY_BASE,
+            index: N,
+        };
         let mt = &mut rng.mt;
         let mut i: usize = 1;
         let mut j: usize = 0;
@@ -106,18 +128,6 @@ impl PyRandom {
         mt[0] = 0x8000_0000;
         rng.index = N;
         rng
-    }
-
-    /// MT19937 `init_genrand`: fills the state from a single 32-bit value.
-    fn from_u32_seed(s: u32) -> Self {
-        let mut mt = [0u32; N];
-        mt[0] = s;
-        for k in 1..N {
-            mt[k] = 1_812_433_253u32
-                .wrapping_mul(mt[k - 1] ^ (mt[k - 1] >> 30))
-                .wrapping_add(k as u32);
-        }
-        Self { mt, index: N }
     }
 
     /// Regenerates all 624 state words (the MT19937 "twist").
