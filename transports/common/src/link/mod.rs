@@ -302,6 +302,7 @@ impl Registry {
             state.count.send_replace(n);
             n == 1
         };
+        bump(&shared.counters.connections);
         if first {
             let _ = shared
                 .incoming

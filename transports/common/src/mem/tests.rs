@@ -156,6 +156,16 @@ async fn malformed_and_unknown_version_frames_are_reported_and_the_link_survives
         }
     ));
     assert_eq!(numbers(&[next(&mut b).await]), vec![7]);
+    let stats = b.handle.stats();
+    assert_eq!(
+        (stats.connections, stats.malformed, stats.frames_received),
+        (1, 2, 1)
+    );
+    assert_eq!(
+        a.handle.stats().frames_sent,
+        3,
+        "injected frames count as sent"
+    );
 }
 
 #[tokio::test]

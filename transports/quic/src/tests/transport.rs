@@ -356,3 +356,42 @@ async fn incoherent_configs_do_not_start() {
     let cfg = config(&id("a"), &a_id, loopback()).with_peer(a_id.pin(id("a")), None);
     assert!(matches!(start(cfg).await, Err(StartError::Pins(_))));
 }
+
+// Lossy-link knobs: keep-alives hold an idle connection open well past the
+// idle timeout.
+#[tokio::test]
+async fn keep_alive_holds_an_idle_connection_open() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let tune = |mut c: QuicConfig| {
+        c.idle_timeout = Duration::from_millis(600);
+        c.keep_alive = Duration::from_millis(100);
+        c
+    };
+    let mut b = start(tune(
+        config(&id("b"), &b_id, loopback()).with_peer(a_id.pin(id("a")), None),
+    ))
+    .await
+    .expect("b starts");
+    let b_addr = b.handle.local_addr().expect("addr");
+    let mut a = start(tune(
+        config(&id("a"), &a_id, loopback()).with_peer(b_id.pin(id("b")), Some(b_addr)),
+    ))
+    .await
+    .expect("a starts");
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    // Three idle timeouts with no traffic but keep-alives.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    assert!(a.incoming.try_recv().is_err() && b.incoming.try_recv().is_err());
+    assert_eq!(a.handle.stats().connections, 1, "never reconnected");
+    a.handle
+        .send(&id("b"), &query(&id("a"), 1))
+        .expect("queued");
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: query(&id("a"), 1)
+        }
+    );
+}

@@ -219,3 +219,60 @@ async fn incoherent_configs_do_not_start() {
     let cfg = config(&id("a"), &a_id, None).with_peer(a_id.pin(id("a")), None);
     assert!(matches!(start(cfg).await, Err(StartError::Pins(_))));
 }
+
+fn tune(mut c: WsConfig) -> WsConfig {
+    c.idle_timeout = Duration::from_millis(600);
+    c.keep_alive = Duration::from_millis(100);
+    c
+}
+
+// Pings hold an idle connection open well past the idle timeout.
+#[tokio::test]
+async fn keep_alive_holds_an_idle_connection_open() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let b_cfg = tune(config(&id("b"), &b_id, Some(loopback())).with_peer(a_id.pin(id("a")), None));
+    let mut b = start(b_cfg).await.expect("b starts");
+    let addr = b.handle.local_addr().expect("addr");
+    let a_cfg = tune(config(&id("a"), &a_id, None).with_peer(b_id.pin(id("b")), Some(url(addr))));
+    let mut a = start(a_cfg).await.expect("a starts");
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    // Three idle timeouts with no traffic but pings.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    assert!(a.incoming.try_recv().is_err() && b.incoming.try_recv().is_err());
+    assert_eq!(a.handle.stats().connections, 1, "never reconnected");
+    a.handle
+        .send(&id("b"), &query(&id("a"), 1))
+        .expect("queued");
+    assert_eq!(
+        next(&mut b).await,
+        Incoming::Frame {
+            peer: id("a"),
+            envelope: query(&id("a"), 1)
+        }
+    );
+}
+
+// A peer that stops answering (no frames, no pongs) is dropped after the
+// idle timeout.
+#[tokio::test]
+async fn a_silent_peer_is_dropped_after_the_idle_timeout() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let b_cfg = tune(config(&id("b"), &b_id, Some(loopback())).with_peer(a_id.pin(id("a")), None));
+    let mut b = start(b_cfg).await.expect("b starts");
+    let addr = b.handle.local_addr().expect("addr");
+    let mut ws = raw_connect(addr).await;
+    let pins = PinSet::new(&id("a"), &[b_id.pin(id("b"))]).expect("pins");
+    raw_hello(&mut ws, &a_id, &id("a"), &id("b"), &pins)
+        .await
+        .expect("hello accepted");
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    // `ws` is never read again, so b's pings go unanswered.
+    let started = tokio::time::Instant::now();
+    assert_eq!(next(&mut b).await, Incoming::Disconnected(id("a")));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "dropped only after the idle timeout"
+    );
+    drop(ws);
+}
