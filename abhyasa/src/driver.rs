@@ -518,7 +518,7 @@ impl Driver {
                     let _ = reply.send(Ok(Outcome {
                         obligation_id: id,
                         state: t.state,
-                        attempts: None,
+                        attempts: (t.state == TerminalState::BestEffort).then_some(1),
                         reason: None,
                         escalation: None,
                     }));

@@ -152,6 +152,7 @@ pub struct Node {
     events: broadcast::Sender<NodeEvent>,
     store_jobs: std::sync::mpsc::Sender<Job>,
     clock: Arc<dyn Clock>,
+    transport: abhyasa_transport::TransportHandle,
 }
 
 impl std::fmt::Debug for Node {
@@ -195,6 +196,7 @@ impl Node {
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
         let (ev_tx, _) = broadcast::channel(65_536);
         let Transport { handle, incoming } = transport;
+        let transport = handle.clone();
         let driver = Driver::new(
             agent.clone(),
             custodian,
@@ -217,12 +219,18 @@ impl Node {
             events: ev_tx,
             store_jobs,
             clock: options.clock,
+            transport,
         })
     }
 
     /// This node's agent id.
     pub fn agent(&self) -> &AgentId {
         &self.agent
+    }
+
+    /// True when an authenticated connection to `peer` is up.
+    pub fn is_connected(&self, peer: &AgentId) -> bool {
+        self.transport.is_connected(peer)
     }
 
     /// The node's `now`.

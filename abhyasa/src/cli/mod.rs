@@ -1,0 +1,3 @@
+//! Subcommands of the `abhyasa` binary.
+
+pub(crate) mod demo;
