@@ -1,5 +1,5 @@
 //! Machinery for transport implementations: the peer table behind a
-//! [`TransportHandle`](crate::TransportHandle), one [`Link`] per
+//! [`TransportHandle`], one [`Link`] per
 //! authenticated connection, and dial loops.
 //!
 //! A transport crate creates a [`Registry`] with [`Registry::new`], adds
@@ -172,7 +172,7 @@ impl Shared {
         state.links.retain(|(i, _)| *i != id);
         let after = state.links.len();
         state.count.send_replace(after);
-        before > 0 && after == 0 && before != after
+        before != after && after == 0
     }
 }
 
