@@ -14,7 +14,7 @@
 //! * `core` — the core's own engine and checker
 //!   (`abhyasa_core::sim::run_sweep_range`);
 //! * `reference-v1` — the public Python reference harness reproduced draw
-//!   for draw ([`reference`], on [`pyrandom::PyRandom`]).
+//!   for draw ([`mod@reference`], on [`pyrandom::PyRandom`]).
 //!
 //! Runs are seeded and replayable (a violation prints the seed, the
 //! failing transfer and the command that replays it) and shardable
