@@ -195,7 +195,9 @@ impl RedbStore {
                 Ok(v)
             }
             Err(e) => {
-                wtx.abort().map_err(|e| backend("abort", e))?;
+                // The caller needs the reason the commit was refused; the
+                // transaction is discarded whether or not abort succeeds.
+                let _ = wtx.abort();
                 Err(e)
             }
         }
