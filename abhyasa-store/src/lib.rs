@@ -2,7 +2,7 @@
 //!
 //! Embedded durable stores for Abhyasa nodes: [`RedbStore`] (the default)
 //! and [`SledStore`], both implementing the core's
-//! [`Store`](abhyasa_core::store::Store) trait with the same tables and the
+//! [`Store`] trait with the same tables and the
 //! same rules (the semantics are written once, over a minimal key-value
 //! transaction, and both backends run the shared storage suite together
 //! with the core's `SimStore`).
