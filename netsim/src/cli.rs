@@ -339,9 +339,18 @@ fn progress_bar(quiet: bool) -> Option<ProgressBar> {
     let bar = ProgressBar::new(0);
     if let Ok(style) = ProgressStyle::with_template(
         "{spinner} {elapsed_precise} [{wide_bar}] {human_pos}/{human_len} \
-         ({per_sec}, eta {eta})",
+         ({rate} transfers/s, eta {eta})",
     ) {
-        bar.set_style(style.progress_chars("=> "));
+        bar.set_style(
+            style
+                .with_key(
+                    "rate",
+                    |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{:.0}", s.per_sec());
+                    },
+                )
+                .progress_chars("=> "),
+        );
     }
     Some(bar)
 }

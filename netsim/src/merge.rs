@@ -240,7 +240,7 @@ pub fn merge(inputs: Vec<(PathBuf, SweepSummary)>) -> Result<SweepSummary, Merge
         });
     }
     let mut tally = Tally::default();
-    let (mut threads, mut elapsed) = (0, 0.0);
+    let (mut threads, mut elapsed, mut cpu) = (0, 0.0, Some(0.0));
     for (_, s) in &inputs {
         tally.add(Tally {
             transfers: s.transfers,
@@ -264,11 +264,14 @@ pub fn merge(inputs: Vec<(PathBuf, SweepSummary)>) -> Result<SweepSummary, Merge
         });
         threads += s.threads;
         elapsed += s.elapsed_s;
+        cpu = cpu.zip(s.cpu_s).map(|(a, b)| a + b);
     }
     let mut id = reference.identity();
     id.shard = None;
     let mut merged = SweepSummary::from_tally(&id, start, end, tally, threads, elapsed);
     merged.merged_shards = u32::try_from(inputs.len()).ok();
+    merged.cpu_s = cpu;
+    merged.finish();
     Ok(merged)
 }
 

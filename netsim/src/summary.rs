@@ -182,6 +182,14 @@ pub struct SweepSummary {
     pub elapsed_s: f64,
     /// `transfers / elapsed_s`.
     pub transfers_per_second: f64,
+    /// CPU seconds the worker threads used (for a merge: the sum), where
+    /// the platform reports it (Linux).
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// `transfers / cpu_s`: throughput per core, independent of other load
+    /// on the machine.
+    #[serde(default)]
+    pub transfers_per_cpu_second: Option<f64>,
     /// Shard files combined into this result (merge only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_shards: Option<u32>,
@@ -242,6 +250,8 @@ impl SweepSummary {
             threads,
             elapsed_s,
             transfers_per_second: 0.0,
+            cpu_s: None,
+            transfers_per_cpu_second: None,
             merged_shards: None,
         };
         s.finish();
@@ -260,6 +270,10 @@ impl SweepSummary {
         } else {
             0.0
         };
+        self.transfers_per_cpu_second = self
+            .cpu_s
+            .filter(|c| *c > 0.0)
+            .map(|c| self.transfers as f64 / c);
         let replays: Vec<String> = self
             .violation_details
             .iter()
@@ -284,12 +298,14 @@ impl SweepSummary {
     }
 
     /// True when both describe the same transfers with the same outcomes:
-    /// every field but timing, thread count and merge provenance.
+    /// every field but timing, CPU time, thread count and merge provenance.
     pub fn same_result(&self, other: &SweepSummary) -> bool {
         let strip = |s: &SweepSummary| SweepSummary {
             threads: 0,
             elapsed_s: 0.0,
             transfers_per_second: 0.0,
+            cpu_s: None,
+            transfers_per_cpu_second: None,
             merged_shards: None,
             ..s.clone()
         };
@@ -485,6 +501,15 @@ impl fmt::Display for SweepSummary {
             group(self.transfers_per_second.round() as u64),
             self.transfers_per_second * 60.0 / 1e6
         )?;
+        if let (Some(cpu), Some(rate)) = (self.cpu_s, self.transfers_per_cpu_second) {
+            writeln!(
+                f,
+                "  {:<22}{:>14.2} s  ({} transfers per CPU-second)",
+                "cpu",
+                cpu,
+                group(rate.round() as u64)
+            )?;
+        }
         write!(f, "  {:<22}{:>16}", "outcome digest", self.outcome_digest)
     }
 }

@@ -177,26 +177,27 @@ pub fn run_sweep(
     };
     let elapsed = started.elapsed().as_secs_f64();
     let id = plan.identity();
-    let tally = tally.map_err(|()| SweepError::WorkerPanicked {
+    let (tally, cpu_s) = tally.map_err(|()| SweepError::WorkerPanicked {
         replay: SweepSummary::from_tally(&id, range.start, range.end, Tally::default(), 0, 0.0)
             .replay_run(),
     })?;
     if let Some(p) = progress {
         p.finish_and_clear();
     }
-    Ok(SweepSummary::from_tally(
-        &id,
-        range.start,
-        range.end,
-        tally,
-        threads,
-        elapsed,
-    ))
+    let mut summary =
+        SweepSummary::from_tally(&id, range.start, range.end, tally, threads, elapsed);
+    summary.cpu_s = cpu_s;
+    summary.finish();
+    Ok(summary)
 }
 
 /// Runs `work` on `threads` threads until it returns `None`, adding the
 /// tallies. The calling thread only reports progress.
-fn execute<W>(threads: usize, work: &W, progress: Option<&ProgressBar>) -> Result<Tally, ()>
+fn execute<W>(
+    threads: usize,
+    work: &W,
+    progress: Option<&ProgressBar>,
+) -> Result<(Tally, Option<f64>), ()>
 where
     W: Fn() -> Option<Tally> + Sync,
 {
@@ -205,12 +206,14 @@ where
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
+                    let cpu_at_start = thread_cpu_seconds();
                     let mut acc = Tally::default();
                     while let Some(t) = work() {
                         done.fetch_add(t.transfers, Ordering::Relaxed);
                         acc.add(t);
                     }
-                    acc
+                    let cpu = thread_cpu_seconds().zip(cpu_at_start).map(|(b, a)| b - a);
+                    (acc, cpu)
                 })
             })
             .collect();
@@ -221,19 +224,37 @@ where
             }
         }
         let mut total = Tally::default();
+        let mut cpu = Some(0.0);
         let mut panicked = false;
         for h in handles {
             match h.join() {
-                Ok(t) => total.add(t),
+                Ok((t, c)) => {
+                    total.add(t);
+                    cpu = cpu.zip(c).map(|(a, b)| a + b);
+                }
                 Err(_) => panicked = true,
             }
         }
         if panicked {
             Err(())
         } else {
-            Ok(total)
+            Ok((total, cpu))
         }
     })
+}
+
+/// CPU time (user + system) of the calling thread, from
+/// `/proc/thread-self/stat` (Linux; `None` elsewhere). On a shared machine
+/// this, not wall-clock time, says what the simulator costs.
+fn thread_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in USER_HZ (100 on Linux) ticks.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// One chunk of the core model: the core's own engine and checker
