@@ -309,28 +309,17 @@ fn main() {
     println!("{pending} pending obligations (opened in batches of 4096):");
     let s: Vec<Scale> = kinds.iter().map(|k| scale(*k, pending)).collect();
     println!("{:>28} {:>14} {:>14}", "", "sled", "redb");
-    println!(
-        "{:>28} {:>14.1} {:>14.1}",
-        "write time, s", s[0].write_secs, s[1].write_secs
-    );
-    println!(
-        "{:>28} {:>14.0} {:>14.0}",
-        "disk bytes / pending", s[0].disk_per_pending, s[1].disk_per_pending
-    );
-    println!(
-        "{:>28} {:>14.0} {:>14.0}",
-        "memory bytes / pending", s[0].rss_per_pending, s[1].rss_per_pending
-    );
-    println!(
-        "{:>28} {:>14.2} {:>14.2}",
-        "reopen + recover, s", s[0].recover_secs, s[1].recover_secs
-    );
-    println!(
-        "{:>28} {:>14.2} {:>14.2}",
-        "  of which open + load, s", s[0].load_secs, s[1].load_secs
-    );
-    println!(
-        "{:>28} {:>14.2} {:>14.2}",
-        "  CPU time of recovery, s", s[0].recover_cpu, s[1].recover_cpu
-    );
+    let row = |label: &str, f: fn(&Scale) -> f64, digits: usize| {
+        println!(
+            "{label:>28} {:>14.digits$} {:>14.digits$}",
+            f(&s[0]),
+            f(&s[1])
+        );
+    };
+    row("write time, s", |x| x.write_secs, 1);
+    row("disk bytes / pending", |x| x.disk_per_pending, 0);
+    row("memory bytes / pending", |x| x.rss_per_pending, 0);
+    row("reopen + recover, s", |x| x.recover_secs, 2);
+    row("  of which open + load, s", |x| x.load_secs, 2);
+    row("  CPU time of recovery, s", |x| x.recover_cpu, 2);
 }

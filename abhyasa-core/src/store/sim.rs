@@ -9,8 +9,7 @@ use super::{
     StoreError, StoredEvent, FORMAT_VERSION,
 };
 use crate::custody::{
-    CustodianSnapshot, LedgerOutcome, PendingRecord, ReceiverSnapshot, Reconciliation, Record,
-    TerminalSummary,
+    CustodianSnapshot, LedgerOutcome, ReceiverSnapshot, Reconciliation, Record, TerminalSummary,
 };
 use crate::model::{Digest, Escalation, ObligationId, Timestamp};
 
@@ -34,7 +33,9 @@ struct Terminal {
 /// What the simulated disk holds.
 #[derive(Clone, Debug, Default)]
 struct Disk {
-    pending: HashMap<ObligationId, PendingRecord>,
+    /// Only its `pending` map is used; terminal records, principal state,
+    /// escalations and reconciliations are kept below with their links.
+    custody: CustodianSnapshot,
     terminal: HashMap<ObligationId, Terminal>,
     principal: PrincipalFold,
     escalations: BTreeMap<u64, Escalation>,
@@ -124,7 +125,8 @@ fn check_offers(disk: &Disk, batches: &[&[Record]]) -> Result<(), StoreError> {
             _ => continue,
         };
         let existing = seen.get(id).copied().or_else(|| {
-            disk.pending
+            disk.custody
+                .pending
                 .get(id)
                 .map(|p| p.obligation.digest())
                 .or_else(|| disk.terminal.get(id).map(|t| t.summary.digest))
@@ -148,7 +150,7 @@ fn check_offers(disk: &Disk, batches: &[&[Record]]) -> Result<(), StoreError> {
 
 impl Disk {
     fn held(&self, id: &ObligationId) -> bool {
-        self.pending.contains_key(id) || self.terminal.contains_key(id)
+        self.custody.pending.contains_key(id) || self.terminal.contains_key(id)
     }
 
     fn apply(&mut self, now: Timestamp, r: &Record) {
@@ -166,27 +168,14 @@ impl Disk {
             Record::CustodyOpened { pending, principal } => {
                 let id = pending.obligation.id();
                 if !self.held(id) {
-                    self.pending.insert(id.clone(), pending.clone());
+                    self.custody.pending.insert(id.clone(), pending.clone());
                     principal.iter().for_each(|w| self.principal.apply(w));
                 }
             }
-            Record::AttemptMade {
-                obligation_id,
-                attempts,
-                next_at,
-            } => {
-                if let Some(p) = self.pending.get_mut(obligation_id) {
-                    p.attempts = (*attempts).max(p.attempts);
-                    p.next_at = *next_at;
-                }
-            }
-            Record::DeferralSeen { obligation_id } => {
-                if let Some(p) = self.pending.get_mut(obligation_id) {
-                    p.deferred = true;
-                }
-            }
+            // They touch only pending transfers: the core's own fold.
+            Record::AttemptMade { .. } | Record::DeferralSeen { .. } => self.custody.apply(r),
             Record::CustodyClosed(c) => {
-                self.pending.remove(&c.obligation_id);
+                self.custody.pending.remove(&c.obligation_id);
                 if self.terminal.contains_key(&c.obligation_id) {
                     // Terminal is final: no second fail-safe or escalation.
                     return;
@@ -285,7 +274,7 @@ impl Store for SimStore {
         let d = &self.disk;
         Ok(DurableState {
             custodian: CustodianSnapshot {
-                pending: d.pending.clone(),
+                pending: d.custody.pending.clone(),
                 terminal: d
                     .terminal
                     .iter()
