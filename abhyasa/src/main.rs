@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod config;
+mod control;
 
 /// Abhyasa: deliver-or-report custody of governance obligations.
 #[derive(Debug, Parser)]
@@ -22,12 +24,43 @@ enum Command {
     /// Runs a custodian and a receiver on loopback QUIC with durable stores,
     /// injects a partition, and shows every obligation reach its outcome.
     Demo(cli::demo::DemoArgs),
+    /// Creates a node directory: config.toml and a key and certificate.
+    Init(cli::init::InitArgs),
+    /// Runs a node.
+    #[command(subcommand)]
+    Node(cli::node::NodeCommand),
+    /// Offers an obligation to a running node (from a JSON file or flags).
+    Send(cli::client::SendArgs),
+    /// Where an obligation stands.
+    Status(cli::client::StatusArgs),
+    /// Obligations this node holds custody of, by state.
+    List(cli::client::ListArgs),
+    /// Inbox counters.
+    Inbox(cli::client::ReadArgs),
+    /// Escalations and surfaced declines awaiting a decision.
+    Escalations(cli::client::ReadArgs),
+    /// The node's metrics snapshot.
+    Metrics(cli::client::ReadArgs),
+    /// Records a principal decision on a key, or resolves a surfaced decline.
+    Decide(cli::client::DecideArgs),
+    /// Prints the A2A AgentCard extension entry for this node (config only).
+    Card(cli::client::CardArgs),
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
-        Command::Demo(a) => cli::demo::run(a),
+        Command::Demo(a) => cli::demo::run(a).map_err(|e| e.to_string()),
+        Command::Init(a) => cli::init::run(a),
+        Command::Node(c) => cli::node::run(c),
+        Command::Send(a) => cli::client::send(a),
+        Command::Status(a) => cli::client::status(a),
+        Command::List(a) => cli::client::list(a),
+        Command::Inbox(a) => cli::client::inbox(a),
+        Command::Escalations(a) => cli::client::escalations(a),
+        Command::Metrics(a) => cli::client::metrics(a),
+        Command::Decide(a) => cli::client::decide(a),
+        Command::Card(a) => cli::client::card(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

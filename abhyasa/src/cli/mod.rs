@@ -1,3 +1,6 @@
 //! Subcommands of the `abhyasa` binary.
 
+pub(crate) mod client;
 pub(crate) mod demo;
+pub(crate) mod init;
+pub(crate) mod node;

@@ -1,0 +1,290 @@
+//! The control socket: newline-delimited JSON over a Unix domain socket.
+//!
+//! Each request is one JSON object on one line, tagged by `op`:
+//!
+//! | op            | fields                                                        |
+//! |---------------|---------------------------------------------------------------|
+//! | `offer`       | `obligation` (v1 JSON object), `wait` (bool, default false)   |
+//! | `status`      | `id`                                                          |
+//! | `list`        | `state` (optional: pending, applied, declined, escalated, best_effort) |
+//! | `inbox`       |                                                               |
+//! | `escalations` |                                                               |
+//! | `decide`      | `key`, `decision` (`granted` or `withheld`), `sequence` (optional) |
+//! | `resolve`     | `obligation_id`, `resolution` (`apply_safe` or `dismiss`)     |
+//! | `metrics`     |                                                               |
+//!
+//! Each response is one line: `{"ok": true, "result": …}` or
+//! `{"ok": false, "error": {"code": …, "message": …}}` with `code` one of
+//! `bad_request`, `invalid_obligation`, `refused`, `unknown`, `stopped`,
+//! `internal`. A malformed request gets an error response; the connection
+//! stays up.
+
+use std::path::Path;
+
+use abhyasa::{Node, NodeError, Outcome};
+use abhyasa_core::custody::{Offered, TerminalState};
+use abhyasa_core::principal::{Authorization, Resolution};
+use abhyasa_core::{GovernedKey, Obligation, ObligationId, Sequence};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+/// A control request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum Request {
+    Offer {
+        obligation: Value,
+        #[serde(default)]
+        wait: bool,
+    },
+    Status {
+        id: String,
+    },
+    List {
+        #[serde(default)]
+        state: Option<String>,
+    },
+    Inbox,
+    Escalations,
+    Decide {
+        key: String,
+        decision: Authorization,
+        #[serde(default)]
+        sequence: Option<u64>,
+    },
+    Resolve {
+        obligation_id: String,
+        resolution: Resolution,
+    },
+    Metrics,
+}
+
+/// The states `list` filters on.
+pub(crate) const STATES: [&str; 5] = ["pending", "applied", "declined", "escalated", "best_effort"];
+
+/// A typed control error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ControlError {
+    pub(crate) code: String,
+    pub(crate) message: String,
+}
+
+impl ControlError {
+    fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<NodeError> for ControlError {
+    fn from(e: NodeError) -> Self {
+        let code = match &e {
+            NodeError::Offer(_) => "refused",
+            NodeError::Unknown(_) => "unknown",
+            NodeError::Stopped => "stopped",
+            _ => "internal",
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+/// Binds the control socket owner-only, replacing a stale socket left by a
+/// crashed run; refuses if another node answers on it.
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "a node is already running on {} (stop it first)",
+                path.display()
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
+    }
+    // The node directory is owner-only (0700), so there is no window in
+    // which another user can reach the socket before the chmod below.
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("cannot bind control socket {}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves control connections until the listener is dropped.
+pub(crate) async fn serve(listener: UnixListener, node: Node) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(stream, node.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "control accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(stream: UnixStream, node: Node) {
+    let (r, mut w) = stream.into_split();
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let response = match dispatch(&node, &line).await {
+            Ok(result) => json!({"ok": true, "result": result}),
+            Err(e) => json!({"ok": false, "error": e}),
+        };
+        let mut out = response.to_string();
+        out.push('\n');
+        if w.write_all(out.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One request to its result.
+pub(crate) async fn dispatch(node: &Node, line: &str) -> Result<Value, ControlError> {
+    let req: Request = serde_json::from_str(line)
+        .map_err(|e| ControlError::new("bad_request", format!("malformed request: {e}")))?;
+    tracing::debug!(?req, "control request");
+    let to_value = |v: &dyn erased::Ser| v.value();
+    match req {
+        Request::Offer { obligation, wait } => {
+            let ob = Obligation::from_json(obligation.to_string().as_bytes())
+                .map_err(|e| ControlError::new("invalid_obligation", e.to_string()))?;
+            let id = ob.id().clone();
+            let offered = node.offer(ob).await?;
+            let (mode, deadline_at) = match offered {
+                Offered::Custody { deadline_at } => ("custody", Some(deadline_at.to_rfc3339())),
+                Offered::BestEffort => ("best_effort", None),
+                Offered::AlreadyPending => ("already_pending", None),
+                Offered::AlreadyTerminal(_) => ("already_terminal", None),
+            };
+            let mut result = json!({
+                "obligation_id": id.as_str(),
+                "mode": mode,
+                "deadline_at": deadline_at,
+            });
+            if wait {
+                let o = node.outcome(&id).await?;
+                result["outcome"] = outcome_json(&o);
+            }
+            Ok(result)
+        }
+        Request::Status { id } => {
+            let id = ObligationId::new(&id)
+                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
+            let v = node.status(&id).await?;
+            if v.custodian.is_none() && v.receiver.is_empty() {
+                return Err(ControlError::new(
+                    "unknown",
+                    format!("obligation {id} is not known to this node"),
+                ));
+            }
+            Ok(to_value(&v))
+        }
+        Request::List { state } => {
+            if let Some(s) = &state {
+                if !STATES.contains(&s.as_str()) {
+                    return Err(ControlError::new(
+                        "bad_request",
+                        format!("unknown state {s:?} (one of {})", STATES.join(", ")),
+                    ));
+                }
+            }
+            let ds = node.durable_state().await?;
+            let mut rows = Vec::new();
+            for (id, p) in &ds.custodian.pending {
+                rows.push(json!({
+                    "obligation_id": id.as_str(),
+                    "state": "pending",
+                    "kind": p.obligation.kind().as_str(),
+                    "target": p.obligation.target().as_str(),
+                    "attempts": p.attempts,
+                    "deadline_at": p.obligation.deadline_at().to_rfc3339(),
+                }));
+            }
+            for (id, t) in &ds.custodian.terminal {
+                rows.push(json!({
+                    "obligation_id": id.as_str(),
+                    "state": state_str(t.state),
+                    "target": t.target.as_str(),
+                    "deadline_at": t.deadline_at.to_rfc3339(),
+                    "closed_at": t.closed_at.to_rfc3339(),
+                }));
+            }
+            rows.retain(|r| state.as_deref().is_none_or(|s| r["state"] == s));
+            rows.sort_by(|a, b| {
+                a["obligation_id"]
+                    .as_str()
+                    .cmp(&b["obligation_id"].as_str())
+            });
+            Ok(Value::Array(rows))
+        }
+        Request::Inbox => Ok(to_value(&node.inbox().await?)),
+        Request::Escalations => {
+            let ds = node.durable_state().await?;
+            Ok(json!({
+                "escalations": ds.custodian.escalations,
+                "decisions": ds.decisions(),
+            }))
+        }
+        Request::Decide {
+            key,
+            decision,
+            sequence,
+        } => {
+            let key = GovernedKey::new(&key)
+                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
+            Ok(to_value(
+                &node.decide(key, decision, sequence.map(Sequence)).await?,
+            ))
+        }
+        Request::Resolve {
+            obligation_id,
+            resolution,
+        } => {
+            let id = ObligationId::new(&obligation_id)
+                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
+            Ok(to_value(&node.resolve(id, resolution).await?))
+        }
+        Request::Metrics => Ok(to_value(&node.metrics().await?)),
+    }
+}
+
+mod erased {
+    /// Anything serializable, as a JSON value.
+    pub(super) trait Ser {
+        fn value(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn value(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+        }
+    }
+}
+
+fn state_str(s: TerminalState) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{s:?}"))
+}
+
+/// An outcome as JSON.
+pub(crate) fn outcome_json(o: &Outcome) -> Value {
+    json!({
+        "obligation_id": o.obligation_id.as_str(),
+        "state": state_str(o.state),
+        "attempts": o.attempts,
+        "reason": o.reason.map(|r| r.to_string()),
+        "escalation": o.escalation,
+    })
+}
