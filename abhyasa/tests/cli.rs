@@ -1,0 +1,293 @@
+//! End to end through the `abhyasa` binary: init two nodes, pin them to
+//! each other, run both as processes on loopback QUIC, drive them over the
+//! control socket.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_abhyasa");
+
+/// Kills and reaps the node processes however the test ends.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn abhyasa(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("the abhyasa binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = abhyasa(args);
+    assert!(
+        out.status.success(),
+        "abhyasa {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port")
+        .port()
+}
+
+/// `init`, returning the `[[peers]]` snippet it printed.
+fn init(dir: &Path, agent: &str, port: u16) -> String {
+    let listen = format!("127.0.0.1:{port}");
+    let out = ok(&[
+        "init",
+        "--dir",
+        dir.to_str().expect("utf-8 path"),
+        "--agent",
+        agent,
+        "--listen",
+        &listen,
+    ]);
+    assert!(out.contains("fingerprint: "), "{out}");
+    let at = out.find("[[peers]]").expect("init prints a peers snippet");
+    out[at..].to_string()
+}
+
+fn pin(dir: &Path, snippet: &str) {
+    let path = dir.join("config.toml");
+    let mut text = std::fs::read_to_string(&path).expect("config.toml");
+    text.push('\n');
+    text.push_str(snippet);
+    std::fs::write(&path, text).expect("config.toml written");
+}
+
+fn spawn(dir: &Path) -> Child {
+    Command::new(BIN)
+        .args(["node", "run", "--dir", dir.to_str().expect("utf-8 path")])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("node run starts")
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_nodes_over_the_cli() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (tmp.path().join("alice"), tmp.path().join("bob"));
+    let (ds_a, ds_b) = (a.to_str().expect("utf-8"), b.to_str().expect("utf-8"));
+    let (pa, pb) = (free_port(), free_port());
+    let snip_a = init(&a, "alice", pa);
+    let snip_b = init(&b, "bob", pb);
+
+    // The key is owner-only; init refuses to overwrite a node directory.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(a.join("identity/key.pem"))
+            .expect("key.pem")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let again = abhyasa(&["init", "--dir", ds_a, "--agent", "alice"]);
+    assert!(!again.status.success());
+
+    pin(&a, &snip_b);
+    pin(&b, &snip_a);
+
+    // No node yet: a clear error, non-zero exit.
+    let down = abhyasa(&["inbox", "--dir", ds_a]);
+    assert!(!down.status.success());
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert!(err.contains("no node is running"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let mut children = Children(vec![spawn(&a), spawn(&b)]);
+    wait_for("both control sockets", Duration::from_secs(10), || {
+        a.join("control.sock").exists() && b.join("control.sock").exists()
+    });
+
+    // An Anumati revocation from alice to bob, under custody, to applied.
+    let sent = json(&[
+        "send",
+        "--dir",
+        ds_a,
+        "--kind",
+        "anumati.consent",
+        "--target",
+        "bob",
+        "--payload",
+        r#"{"decision": "revoke", "scope": "email.read"}"#,
+        "--deadline",
+        "20",
+        "--id",
+        "ob-cli-1",
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(sent["mode"], "custody", "{sent}");
+    assert_eq!(sent["outcome"]["state"], "applied", "{sent}");
+
+    // The same through a JSON file (created_at and id filled in).
+    let file = tmp.path().join("ob.json");
+    std::fs::write(
+        &file,
+        r#"{"kind": "oauth.token", "target": "bob", "payload": {"action": "revoke", "token_id": "tok-1"},
+            "deadline_seconds": 20, "max_retries": 8}"#,
+    )
+    .expect("obligation file");
+    let sent2 = json(&[
+        "send",
+        "--dir",
+        ds_a,
+        "--file",
+        file.to_str().expect("utf-8"),
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(sent2["outcome"]["state"], "applied", "{sent2}");
+
+    let st = json(&["status", "ob-cli-1", "--dir", ds_a, "--json"]);
+    assert_eq!(st["custodian"], "applied", "{st}");
+    let st_b = json(&["status", "ob-cli-1", "--dir", ds_b, "--json"]);
+    assert!(
+        st_b["receiver"].as_array().is_some_and(|r| !r.is_empty()),
+        "{st_b}"
+    );
+    let human = ok(&["status", "ob-cli-1", "--dir", ds_a]);
+    assert!(human.contains("applied"), "{human}");
+
+    let list = json(&["list", "--dir", ds_a, "--state", "applied", "--json"]);
+    let rows = list.as_array().expect("list is an array");
+    assert_eq!(rows.len(), 2, "{list}");
+    assert!(rows.iter().any(|r| r["obligation_id"] == "ob-cli-1"));
+    let pending = json(&["list", "--dir", ds_a, "--state", "pending", "--json"]);
+    assert_eq!(pending, Value::Array(vec![]));
+
+    let inbox = json(&["inbox", "--dir", ds_a, "--json"]);
+    assert_eq!(inbox["pending"], 0, "{inbox}");
+    assert_eq!(inbox["escalated"], 0, "{inbox}");
+    let esc = json(&["escalations", "--dir", ds_a, "--json"]);
+    assert!(esc["escalations"].is_array(), "{esc}");
+    let metrics = json(&[
+        "metrics",
+        "--socket",
+        a.join("control.sock").to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(metrics.is_object(), "{metrics}");
+
+    // A principal decision on a key.
+    let decided = json(&[
+        "decide",
+        "--dir",
+        ds_a,
+        "--key",
+        "email.read",
+        "--withhold",
+        "--json",
+    ]);
+    assert!(decided.is_object(), "{decided}");
+
+    // Unknown obligation, bad input file: one line, non-zero.
+    let unknown = abhyasa(&["status", "ob-nope", "--dir", ds_a]);
+    assert!(!unknown.status.success());
+    std::fs::write(&file, "{not json").expect("bad file");
+    let bad = abhyasa(&[
+        "send",
+        "--dir",
+        ds_a,
+        "--file",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert!(!bad.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&bad.stderr).trim().lines().count(),
+        1
+    );
+
+    // The card reads the config only.
+    let card = json(&["card", "--dir", ds_a]);
+    assert_eq!(
+        card["uri"],
+        "https://ravikiran438.github.io/abhyasa-protocol/v1"
+    );
+    assert_eq!(card["params"]["version"], "1.0.0");
+    let kinds = card["params"]["supported_kinds"]
+        .as_array()
+        .expect("supported_kinds");
+    assert!(
+        kinds.iter().any(|k| k["kind"] == "anumati.consent"),
+        "{card}"
+    );
+
+    // SIGTERM stops a node cleanly and removes its socket.
+    let pid = children.0[1].id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = children.0[1].wait().expect("bob exits");
+    assert!(status.success(), "bob exited with {status}");
+    assert!(!b.join("control.sock").exists());
+}
+
+#[test]
+fn bad_config_names_the_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("n");
+    init(&dir, "carol", free_port());
+    let path = dir.join("config.toml");
+    let good = std::fs::read_to_string(&path).expect("config.toml");
+    let d = dir.to_str().expect("utf-8");
+
+    std::fs::write(&path, format!("{good}\nretension_seconds = 5\n")).expect("write");
+    for args in [vec!["card", "--dir", d], vec!["node", "run", "--dir", d]] {
+        let out = abhyasa(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("retension_seconds"), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+
+    std::fs::write(&path, good.replace("store = \"redb\"", "store = \"mysql\"")).expect("write");
+    let out = abhyasa(&["card", "--dir", d]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`store`"), "{err}");
+
+    std::fs::write(
+        &path,
+        good.replace("max_pending = 1000000", "max_pending = \"lots\""),
+    )
+    .expect("write");
+    let out = abhyasa(&["card", "--dir", d]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_pending"), "{err}");
+}
