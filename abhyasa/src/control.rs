@@ -15,16 +15,17 @@
 //!
 //! Each response is one line: `{"ok": true, "result": …}` or
 //! `{"ok": false, "error": {"code": …, "message": …}}` with `code` one of
-//! `bad_request`, `invalid_obligation`, `refused`, `unknown`, `stopped`,
+//! `bad_request`, `invalid_obligation`, `unreachable`, `refused`, `unknown`, `stopped`,
 //! `internal`. A malformed request gets an error response; the connection
 //! stays up.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use abhyasa::{Node, NodeError, Outcome};
 use abhyasa_core::custody::{Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, Resolution};
-use abhyasa_core::{GovernedKey, Obligation, ObligationId, Sequence};
+use abhyasa_core::{AgentId, GovernedKey, Obligation, ObligationId, Sequence};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -116,11 +117,13 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
 }
 
 /// Serves control connections until the listener is dropped.
-pub(crate) async fn serve(listener: UnixListener, node: Node) {
+/// `peers` are the pinned peers: an offer to any other target is refused
+/// up front (no transport could ever reach it).
+pub(crate) async fn serve(listener: UnixListener, node: Node, peers: Arc<Vec<AgentId>>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(stream, node.clone()));
+                tokio::spawn(connection(stream, node.clone(), peers.clone()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "control accept failed");
@@ -130,14 +133,14 @@ pub(crate) async fn serve(listener: UnixListener, node: Node) {
     }
 }
 
-async fn connection(stream: UnixStream, node: Node) {
+async fn connection(stream: UnixStream, node: Node, peers: Arc<Vec<AgentId>>) {
     let (r, mut w) = stream.into_split();
     let mut lines = BufReader::new(r).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if line.trim().is_empty() {
             continue;
         }
-        let response = match dispatch(&node, &line).await {
+        let response = match dispatch(&node, &peers, &line).await {
             Ok(result) => json!({"ok": true, "result": result}),
             Err(e) => json!({"ok": false, "error": e}),
         };
@@ -150,7 +153,11 @@ async fn connection(stream: UnixStream, node: Node) {
 }
 
 /// One request to its result.
-pub(crate) async fn dispatch(node: &Node, line: &str) -> Result<Value, ControlError> {
+pub(crate) async fn dispatch(
+    node: &Node,
+    peers: &[AgentId],
+    line: &str,
+) -> Result<Value, ControlError> {
     let req: Request = serde_json::from_str(line)
         .map_err(|e| ControlError::new("bad_request", format!("malformed request: {e}")))?;
     tracing::debug!(?req, "control request");
@@ -160,6 +167,13 @@ pub(crate) async fn dispatch(node: &Node, line: &str) -> Result<Value, ControlEr
             let ob = Obligation::from_json(obligation.to_string().as_bytes())
                 .map_err(|e| ControlError::new("invalid_obligation", e.to_string()))?;
             let id = ob.id().clone();
+            let target = ob.target().clone();
+            if !peers.contains(&target) {
+                return Err(ControlError::new(
+                    "unreachable",
+                    format!("target {target} is not a pinned peer of this node (add it to [[peers]] in config.toml)"),
+                ));
+            }
             let offered = node.offer(ob).await?;
             let (mode, deadline_at) = match offered {
                 Offered::Custody { deadline_at } => ("custody", Some(deadline_at.to_rfc3339())),
@@ -171,6 +185,7 @@ pub(crate) async fn dispatch(node: &Node, line: &str) -> Result<Value, ControlEr
                 "obligation_id": id.as_str(),
                 "mode": mode,
                 "deadline_at": deadline_at,
+                "connected": node.is_connected(&target),
             });
             if wait {
                 let o = node.outcome(&id).await?;

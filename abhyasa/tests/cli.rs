@@ -230,6 +230,44 @@ fn two_nodes_over_the_cli() {
         1
     );
 
+    // A target that is not pinned: refused up front, one line.
+    let nowhere = abhyasa(&[
+        "send",
+        "--dir",
+        ds_a,
+        "--kind",
+        "anumati.consent",
+        "--target",
+        "mallory",
+        "--payload",
+        r#"{"decision": "revoke", "scope": "x"}"#,
+    ]);
+    assert!(!nowhere.status.success());
+    let err = String::from_utf8_lossy(&nowhere.stderr);
+    assert!(
+        err.contains("mallory") && err.contains("unreachable"),
+        "{err}"
+    );
+
+    // A malformed request gets a typed error and the connection stays up.
+    {
+        use std::io::{BufRead, BufReader, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(a.join("control.sock"))
+            .expect("control socket");
+        s.write_all(b"{\"op\": \"frobnicate\"}\nnot json\n{\"op\": \"inbox\"}\n")
+            .expect("write");
+        let mut r = BufReader::new(s);
+        for expect_ok in [false, false, true] {
+            let mut line = String::new();
+            r.read_line(&mut line).expect("a response line");
+            let v: Value = serde_json::from_str(&line).expect("JSON response");
+            assert_eq!(v["ok"], expect_ok, "{line}");
+            if !expect_ok {
+                assert_eq!(v["error"]["code"], "bad_request", "{line}");
+            }
+        }
+    }
+
     // The card reads the config only.
     let card = json(&["card", "--dir", ds_a]);
     assert_eq!(
@@ -255,6 +293,15 @@ fn two_nodes_over_the_cli() {
     let status = children.0[1].wait().expect("bob exits");
     assert!(status.success(), "bob exited with {status}");
     assert!(!b.join("control.sock").exists());
+
+    // A stale socket from a crashed run is replaced on the next start.
+    drop(std::os::unix::net::UnixListener::bind(b.join("control.sock")).expect("stale socket"));
+    children.0[1] = spawn(&b);
+    wait_for("bob to serve again", Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(b.join("control.sock")).is_ok()
+    });
+    let inbox_b = json(&["inbox", "--dir", ds_b, "--json"]);
+    assert!(inbox_b.is_object(), "{inbox_b}");
 }
 
 #[test]

@@ -77,10 +77,9 @@ pub(crate) fn call(socket: &Path, req: &Request) -> Result<Value, String> {
 }
 
 fn print_json(v: &Value) -> Result<(), String> {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).map_err(|e| e.to_string())?
-    );
+    let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = writeln!(std::io::stdout(), "{text}");
     Ok(())
 }
 
@@ -195,6 +194,11 @@ pub(crate) fn send(a: SendArgs) -> Result<(), String> {
             wait: a.wait,
         },
     )?;
+    if r["connected"] == false && r.get("outcome").is_none() {
+        eprintln!(
+            "note: the target is not connected now; custody retries until the deadline, then reports"
+        );
+    }
     if a.json {
         return print_json(&r);
     }

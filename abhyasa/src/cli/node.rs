@@ -91,7 +91,8 @@ async fn serve(a: RunArgs) -> Result<(), String> {
         "node running"
     );
 
-    let control_task = tokio::spawn(control::serve(listener, node.clone()));
+    let peers = std::sync::Arc::new(cfg.peers.iter().map(|p| p.pin.agent.clone()).collect());
+    let control_task = tokio::spawn(control::serve(listener, node.clone(), peers));
     let events_task = tokio::spawn(log_events(node.subscribe()));
     let retention = Duration::from_secs(cfg.raw.retention_seconds);
     let compact_node = node.clone();
