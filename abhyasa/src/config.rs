@@ -158,8 +158,13 @@ impl NodeConfig {
     /// Reads and checks `DIR/config.toml`.
     pub(crate) fn load(dir: &Path) -> Result<Resolved, String> {
         let path = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "{} is not a node directory (no {CONFIG_FILE}; create one with `abhyasa init`)",
+                dir.display()
+            ),
+            _ => format!("cannot read {}: {e}", path.display()),
+        })?;
         Self::parse(&text, &path)?.resolve(dir)
     }
 

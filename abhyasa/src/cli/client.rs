@@ -104,7 +104,12 @@ pub(crate) struct SendArgs {
     #[arg(long, required_unless_present = "file")]
     kind: Option<String>,
     /// The receiving agent.
-    #[arg(long = "target", id = "to", required_unless_present = "file")]
+    #[arg(
+        long = "target",
+        id = "to",
+        value_name = "AGENT",
+        required_unless_present = "file"
+    )]
     to: Option<String>,
     /// Payload, a JSON object.
     #[arg(long, required_unless_present = "file")]
@@ -388,6 +393,12 @@ pub(crate) struct DecideArgs {
 /// `abhyasa decide`.
 pub(crate) fn decide(a: DecideArgs) -> Result<(), String> {
     use abhyasa_core::principal::{Authorization, Resolution};
+    if a.key.is_some() && (a.apply_safe || a.dismiss) {
+        return Err("--apply-safe/--dismiss go with --obligation, not --key".into());
+    }
+    if a.obligation.is_some() && (a.grant || a.withhold || a.sequence.is_some()) {
+        return Err("--grant/--withhold/--sequence go with --key, not --obligation".into());
+    }
     let req = match (a.key, a.obligation) {
         (Some(key), None) => Request::Decide {
             key,
