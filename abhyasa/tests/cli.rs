@@ -118,6 +118,14 @@ fn two_nodes_over_the_cli() {
 
     pin(&a, &snip_b);
     pin(&b, &snip_a);
+    // Alice surfaces declines for the principal instead of applying safe(O).
+    let cfg_a = a.join("config.toml");
+    let text = std::fs::read_to_string(&cfg_a).expect("config.toml");
+    let text = text.replace(
+        "decline_policy = \"apply_safe\"",
+        "decline_policy = \"surface\"",
+    );
+    std::fs::write(&cfg_a, text).expect("config.toml written");
 
     // No node yet: a clear error, non-zero exit.
     let down = abhyasa(&["inbox", "--dir", ds_a]);
@@ -212,6 +220,45 @@ fn two_nodes_over_the_cli() {
         "--json",
     ]);
     assert!(decided.is_object(), "{decided}");
+
+    // A deadline inside bob's skew margin: bob declines it as expired, and
+    // alice surfaces the decline; the principal resolves it.
+    let declined = json(&[
+        "send",
+        "--dir",
+        ds_a,
+        "--kind",
+        "anumati.consent",
+        "--target",
+        "bob",
+        "--payload",
+        r#"{"decision": "revoke", "scope": "files.write"}"#,
+        "--deadline",
+        "1",
+        "--id",
+        "ob-cli-late",
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(declined["outcome"]["state"], "declined", "{declined}");
+    let esc = json(&["escalations", "--dir", ds_a, "--json"]);
+    let items = esc["decisions"].as_array().expect("decisions");
+    assert!(
+        items.iter().any(|d| d["obligation_id"] == "ob-cli-late"),
+        "{esc}"
+    );
+    let human = ok(&["escalations", "--dir", ds_a]);
+    assert!(human.contains("1 decision(s) required"), "{human}");
+    ok(&[
+        "decide",
+        "--dir",
+        ds_a,
+        "--obligation",
+        "ob-cli-late",
+        "--apply-safe",
+    ]);
+    let esc = json(&["escalations", "--dir", ds_a, "--json"]);
+    assert_eq!(esc["decisions"], Value::Array(vec![]), "{esc}");
 
     // Unknown obligation, bad input file: one line, non-zero.
     let unknown = abhyasa(&["status", "ob-nope", "--dir", ds_a]);
