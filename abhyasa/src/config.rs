@@ -18,7 +18,7 @@
 //! seed = 0                        # seed of the jitter stream
 //! decline_policy = "apply_safe"   # default: "apply_safe" or "surface"
 //! control_socket = "control.sock" # relative to the node directory
-//! card_endpoint = "quic://host:7400"  # advertised in `abhyasa card`
+//! card_endpoint = "https://…"    # advertised in `abhyasa card` (default quic://<listen>)
 //! card_deadline_seconds = 300     # advertised custody deadline per kind
 //!
 //! [kind_decline_policy]           # per-kind override of decline_policy

@@ -436,10 +436,14 @@ pub(crate) struct CardArgs {
     /// The node directory.
     #[arg(long, default_value = ".")]
     dir: PathBuf,
+    /// Accepted for symmetry with the other read commands: the card is JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `abhyasa card`: the A2A AgentCard extension entry, from the config.
 pub(crate) fn card(a: CardArgs) -> Result<(), String> {
+    let _ = a.json;
     let cfg = NodeConfig::load(&a.dir)?;
     let endpoint = cfg.endpoint();
     let deadline = cfg.raw.card_deadline_seconds;
@@ -469,7 +473,6 @@ pub(crate) fn card(a: CardArgs) -> Result<(), String> {
             "Abhyasa custody (deliver-or-report) for governance obligations; agent {}",
             cfg.agent
         ),
-        "required": false,
         "params": {
             "version": "1.0.0",
             "custody_ack_endpoint": endpoint,
