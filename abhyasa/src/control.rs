@@ -28,7 +28,7 @@ use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::{AgentId, GovernedKey, Obligation, ObligationId, Sequence};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 /// A control request.
@@ -133,20 +133,40 @@ pub(crate) async fn serve(listener: UnixListener, node: Node, peers: Arc<Vec<Age
     }
 }
 
+/// Longest request line accepted (an obligation with a large payload fits).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
 async fn connection(stream: UnixStream, node: Node, peers: Arc<Vec<AgentId>>) {
     let (r, mut w) = stream.into_split();
-    let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if line.trim().is_empty() {
-            continue;
+    let mut reader = BufReader::new(r);
+    loop {
+        let mut buf = Vec::new();
+        let limit = u64::try_from(MAX_LINE).unwrap_or(u64::MAX) + 1;
+        match (&mut reader).take(limit).read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
         }
-        let response = match dispatch(&node, &peers, &line).await {
-            Ok(result) => json!({"ok": true, "result": result}),
-            Err(e) => json!({"ok": false, "error": e}),
+        let too_long = buf.len() > MAX_LINE && buf.last() != Some(&b'\n');
+        let response = if too_long {
+            let e = ControlError::new(
+                "bad_request",
+                format!("request longer than {MAX_LINE} bytes"),
+            );
+            json!({"ok": false, "error": e})
+        } else {
+            let line = String::from_utf8_lossy(&buf);
+            if line.trim().is_empty() {
+                continue;
+            }
+            match dispatch(&node, &peers, &line).await {
+                Ok(result) => json!({"ok": true, "result": result}),
+                Err(e) => json!({"ok": false, "error": e}),
+            }
         };
         let mut out = response.to_string();
         out.push('\n');
-        if w.write_all(out.as_bytes()).await.is_err() {
+        if w.write_all(out.as_bytes()).await.is_err() || too_long {
+            // The rest of an oversized line cannot be framed: close.
             return;
         }
     }
