@@ -139,6 +139,13 @@ fn two_nodes_over_the_cli() {
         a.join("control.sock").exists() && b.join("control.sock").exists()
     });
 
+    // A second node on the same directory is refused, the first unharmed.
+    let twice = abhyasa(&["node", "run", "--dir", ds_a]);
+    assert!(!twice.status.success());
+    let err = String::from_utf8_lossy(&twice.stderr);
+    assert!(err.contains("already running"), "{err}");
+    assert!(a.join("control.sock").exists());
+
     // An Anumati revocation from alice to bob, under custody, to applied.
     let sent = json(&[
         "send",

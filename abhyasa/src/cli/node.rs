@@ -52,6 +52,11 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     let identity = Identity::load_pem(&ident_dir.join("cert.pem"), &ident_dir.join("key.pem"))
         .map_err(|e| format!("identity: {e}"))?;
 
+    // The socket first: a second `node run` on the same directory fails
+    // here with a clear message, before it touches the store.
+    let listener = control::bind(&cfg.socket)?;
+    let socket = SocketGuard(cfg.socket.clone());
+
     let mut options = NodeOptions::new(cfg.agent.clone());
     options.custodian.default_profile = cfg.default_profile();
     for (kind, policy) in &cfg.kind_policies {
@@ -80,8 +85,6 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     let node = Node::open(options, store, transport)
         .await
         .map_err(|e| format!("node: {e}"))?;
-    let listener = control::bind(&cfg.socket)?;
-    let socket = SocketGuard(cfg.socket.clone());
     tracing::info!(
         agent = %cfg.agent,
         listen = ?listen,
