@@ -511,5 +511,10 @@ fn c_t_2_bad_frames_are_typed_errors() {
         Envelope::decode(&[0xff, 0xff]),
         Err(PeerError::Malformed { .. })
     ));
+    // An empty frame has no version: malformed, not "version 0".
+    assert!(matches!(
+        Envelope::decode(&[]),
+        Err(PeerError::Malformed { .. })
+    ));
     let _ = AgentId::new("x");
 }

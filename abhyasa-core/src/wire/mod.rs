@@ -337,6 +337,14 @@ impl Envelope {
             format: "protobuf",
             detail: e.to_string(),
         })?;
+        if p.version == 0 {
+            // proto3 reads an absent field as 0: no version at all is a
+            // malformed frame, not a version we do not speak.
+            return Err(PeerError::Malformed {
+                format: "protobuf",
+                detail: "envelope has no protocol version".into(),
+            });
+        }
         if p.version != PROTOCOL_VERSION {
             return Err(PeerError::UnsupportedVersion {
                 found: p.version,
