@@ -3,7 +3,7 @@
 //! write-ahead pipeline: records go to the store thread as one group
 //! commit; what depends on them is released only when it returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 
@@ -26,6 +26,8 @@ use crate::store_thread::{CommitDone, CommitJob, Job};
 
 /// Most obligation ids in one status query.
 const STATUS_QUERY_CHUNK: usize = 512;
+/// Full outcomes kept for callers that ask after the transfer ended.
+const RECENT_OUTCOMES: usize = 65_536;
 
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -88,6 +90,8 @@ pub(crate) struct Driver {
     events: broadcast::Sender<NodeEvent>,
     offer_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
     outcome_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
+    recent: HashMap<ObligationId, Outcome>,
+    recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
     max_batch_inputs: usize,
     shutdown: Option<oneshot::Sender<()>>,
@@ -126,6 +130,8 @@ impl Driver {
             events,
             offer_waiters: HashMap::new(),
             outcome_waiters: HashMap::new(),
+            recent: HashMap::new(),
+            recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
             max_batch_inputs,
             shutdown: None,
@@ -406,6 +412,16 @@ impl Driver {
                 let _ = w.send(Ok(outcome.clone()));
             }
         }
+        // A caller may ask after the transfer ended (on a fast link, even
+        // before `offer` returned to it): keep the full outcome a while.
+        if self.recent.insert(id.clone(), outcome).is_none() {
+            self.recent_order.push_back(id);
+            if self.recent_order.len() > RECENT_OUTCOMES {
+                if let Some(old) = self.recent_order.pop_front() {
+                    self.recent.remove(&old);
+                }
+            }
+        }
     }
 
     fn answer_offer(&mut self, id: &ObligationId, offered: Offered) {
@@ -512,7 +528,9 @@ impl Driver {
                 }
             }
             Command::WaitOutcome { id, reply } => {
-                if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
+                if let Some(o) = self.recent.get(&id) {
+                    let _ = reply.send(Ok(o.clone()));
+                } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
                     self.outcome_waiters.entry(id).or_default().push(reply);
                 } else if let Some(t) = self.custodian.terminal(&id) {
                     let _ = reply.send(Ok(Outcome {

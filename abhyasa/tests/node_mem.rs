@@ -112,6 +112,18 @@ fn count_applications(
     counts
 }
 
+/// Waits (bounded) until `cond` holds; the event counters are fed by a
+/// subscriber task, so they lag the outcome a little.
+async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
 // C-TR-1 (in-memory): clean link, applied on the first attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_tr_1_mem_clean_link_applies() {
@@ -127,8 +139,7 @@ async fn c_tr_1_mem_clean_link_applies() {
         .unwrap();
     assert_eq!(out.state, TerminalState::Applied);
     assert_eq!(out.attempts, Some(1));
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(applied.lock().unwrap().get("ob-1"), Some(&1));
+    assert!(eventually(|| applied.lock().unwrap().get("ob-1") == Some(&1)).await);
     let inbox = alice.inbox().await.unwrap();
     assert_eq!(inbox.pending, 0);
     let m = alice.metrics().await.unwrap();
