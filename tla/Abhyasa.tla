@@ -42,7 +42,9 @@ CONSTANTS
     Deadline,       \* custody window in ticks; deadline = offer time + Deadline
     MaxTime,        \* bound on the global clock (model-checking bound)
     SkewMargin,     \* receiver applies only while now + SkewMargin < deadline
-    SurfacePolicy   \* admissible obligations whose kind surfaces declines
+    SurfacePolicy,  \* admissible obligations whose kind surfaces declines
+    MayRefuse,      \* BOOLEAN: the receiver's applier may accountably refuse
+    MayDefer        \* admissible obligations the receiver's applier may defer
 
 Adm     == {O1, O2}
 Benign  == {B1}
@@ -60,6 +62,8 @@ ASSUME /\ O1 # O2 /\ O1 # B1 /\ O2 # B1
        /\ MaxTime \in Nat
        /\ SkewMargin \in Nat
        /\ SurfacePolicy \subseteq Adm
+       /\ MayRefuse \in BOOLEAN
+       /\ MayDefer \subseteq Adm
 
 CStates    == {"idle", "pending", "applied", "declined", "escalated", "best_effort"}
 Discharged == {"applied", "declined", "escalated"}
@@ -92,13 +96,13 @@ VARIABLES
     rreason,    \* obligation -> recorded decline reason
     rNewest,    \* key -> newest sequence applied at the receiver
     applyCount, \* obligation -> times the effect was executed (ghost)
-    appliedAt,  \* obligation -> clock value at application (ghost)
+    lateApply,  \* applications at/after the deadline (ghost, must stay 0)
     \* ---- channel ----
     msgs        \* set of in-flight messages
 
 cvars == <<cst, att, dl, dfr, cause, reason, late>>
 pvars == <<pNewest, pSafe, pDropped, awaiting, decided>>
-rvars == <<rst, rreason, rNewest, applyCount, appliedAt>>
+rvars == <<rst, rreason, rNewest, applyCount, lateApply>>
 vars  == <<now, cvars, pvars, rvars, msgs>>
 
 TypeOK ==
@@ -119,7 +123,7 @@ TypeOK ==
     /\ rreason    \in [Obl -> Reasons]
     /\ rNewest    \in [Keys -> 0..MaxSeq]
     /\ applyCount \in [Obl -> Nat]
-    /\ appliedAt  \in [Obl -> 0..MaxTime]
+    /\ lateApply  \in Nat
     /\ msgs       \subseteq Msgs
 
 Init ==
@@ -140,7 +144,7 @@ Init ==
     /\ rreason    = [o \in Obl |-> "none"]
     /\ rNewest    = [k \in Keys |-> 0]
     /\ applyCount = [o \in Obl |-> 0]
-    /\ appliedAt  = [o \in Obl |-> 0]
+    /\ lateApply  = 0
     /\ msgs       = {}
 
 -----------------------------------------------------------------------------
@@ -273,38 +277,44 @@ HandleAck(m) ==
 (* Receiver                                                                *)
 -----------------------------------------------------------------------------
 
+\* Acks for best-effort (benign) obligations carry no custody meaning and
+\* the custodian ignores them, so they are left out of the channel.
+AckOut(o, s, r) == IF o \in Benign THEN {} ELSE {AckMsg(o, s, r)}
+
 \* Effect + ledger entry + newest-on-key in one atomic step (AB-3), then
-\* the `applied` ack.
-RApply(o) ==
+\* the `applied` ack.  d is the deadline carried by the obligation; the
+\* ghost lateApply counts applications at/after it (must stay 0).
+RApply(o, d) ==
     /\ rst'        = [rst EXCEPT ![o] = "applied"]
     /\ rNewest'    = [rNewest EXCEPT ![KeyOf(o)] = SeqOf(o)]
     /\ applyCount' = [applyCount EXCEPT ![o] = @ + 1]
-    /\ appliedAt'  = [appliedAt EXCEPT ![o] = now]
-    /\ msgs'       = msgs \cup {AckMsg(o, "applied", "none")}
+    /\ lateApply'  = IF now + SkewMargin >= d THEN lateApply + 1 ELSE lateApply
+    /\ msgs'       = msgs \cup AckOut(o, "applied", "none")
     /\ UNCHANGED rreason
 
 RDecline(o, why) ==
     /\ rst'     = [rst EXCEPT ![o] = "declined"]
     /\ rreason' = [rreason EXCEPT ![o] = why]
-    /\ msgs'    = msgs \cup {AckMsg(o, "declined", why)}
-    /\ UNCHANGED <<rNewest, applyCount, appliedAt>>
+    /\ msgs'    = msgs \cup AckOut(o, "declined", why)
+    /\ UNCHANGED <<rNewest, applyCount, lateApply>>
 
 RDefer(o) ==
     /\ rst'  = [rst EXCEPT ![o] = "deferred"]
-    /\ msgs' = msgs \cup {AckMsg(o, "deferred", "none")}
-    /\ UNCHANGED <<rreason, rNewest, applyCount, appliedAt>>
+    /\ msgs' = msgs \cup AckOut(o, "deferred", "none")
+    /\ UNCHANGED <<rreason, rNewest, applyCount, lateApply>>
 
 \* Decision on an obligation not yet applied/declined here, with deadline d.
 \* Order: expiry, then supersession, then the applier (apply / accountable
-\* refusal / defer).
+\* refusal / defer).  Refusal and deferral are custody answers: a
+\* best-effort (benign) obligation is simply applied or expires.
 RDecide(o, d, mayDefer) ==
     IF now + SkewMargin >= d
     THEN RDecline(o, "expired")
     ELSE IF SeqOf(o) <= rNewest[KeyOf(o)]
          THEN RDecline(o, "superseded")
-         ELSE \/ RApply(o)
-              \/ RDecline(o, "refused")
-              \/ (mayDefer /\ RDefer(o))
+         ELSE \/ RApply(o, d)
+              \/ (MayRefuse /\ o \in Adm /\ RDecline(o, "refused"))
+              \/ (mayDefer /\ o \in MayDefer /\ RDefer(o))
 
 \* Receiver::handle_obligation -- ledger check first: a redelivery of an
 \* applied (declined) obligation is re-acked applied (declined, same reason)
@@ -314,10 +324,10 @@ RecvObligation(m) ==
     /\ m.type = "obl"
     /\ LET o == m.o IN
          \/ /\ rst[o] = "applied"
-            /\ msgs' = msgs \cup {AckMsg(o, "applied", "none")}
+            /\ msgs' = msgs \cup AckOut(o, "applied", "none")
             /\ UNCHANGED rvars
          \/ /\ rst[o] = "declined"
-            /\ msgs' = msgs \cup {AckMsg(o, "declined", rreason[o])}
+            /\ msgs' = msgs \cup AckOut(o, "declined", rreason[o])
             /\ UNCHANGED rvars
          \/ /\ rst[o] \in {"none", "deferred"}
             /\ RDecide(o, m.dl, TRUE)
@@ -371,6 +381,37 @@ Fairness ==
 Spec == Init /\ [][Next]_vars /\ Fairness
 
 -----------------------------------------------------------------------------
+(* State-space reduction (TLC VIEW)                                        *)
+-----------------------------------------------------------------------------
+
+\* A message is inert when no future step can make it change any variable
+\* other than `msgs`:
+\*   - an ack is inert unless the custodian would act on it: `deferred`
+\*     needs pending and not yet noted; `declined` needs pending; `applied`
+\*     needs pending, or escalated with no late record yet;
+\*   - an obligation is inert once the receiver has recorded a final
+\*     decision for it (it is then only re-acked with that decision's ack)
+\*     and that ack is itself inert; a benign obligation is inert once the
+\*     receiver has decided it (its acks are not modelled).
+\* States that differ only in inert messages are therefore bisimilar, and
+\* the cfg's VIEW identifies them.  No invariant reads `msgs`, so the VIEW
+\* is sound for every invariant and property checked.
+AckInert(o, s) ==
+    CASE s = "deferred" -> cst[o] # "pending" \/ dfr[o]
+      [] s = "declined" -> cst[o] # "pending"
+      [] s = "applied"  -> cst[o] # "pending" /\ (cst[o] = "escalated" => late[o])
+      [] OTHER          -> TRUE
+
+Inert(m) ==
+    IF m.type = "ack"
+    THEN AckInert(m.o, m.status)
+    ELSE /\ rst[m.o] \in {"applied", "declined"}
+         /\ (m.o \in Adm => AckInert(m.o, rst[m.o]))
+
+LiveMsgs == {m \in msgs : ~Inert(m)}
+View == <<now, cvars, pvars, rvars, LiveMsgs>>
+
+-----------------------------------------------------------------------------
 (* Safety invariants                                                       *)
 -----------------------------------------------------------------------------
 
@@ -405,8 +446,7 @@ BenignNeverInCustody ==
     /\ \A b \in Benign : cst[b] \in {"idle", "best_effort"} /\ att[b] <= 1
 
 \* Deadlines bind the receiver: never an application at/after the deadline.
-NoApplicationAfterDeadline ==
-    \A o \in Obl : applyCount[o] > 0 => appliedAt[o] + SkewMargin < dl[o]
+NoApplicationAfterDeadline == lateApply = 0
 
 \* The custodian's terminal record never contradicts the receiver.
 CustodianTruthful ==
@@ -423,8 +463,6 @@ SupersessionConsistent ==
     /\ \A o \in Obl : rst[o] = "applied" => rNewest[KeyOf(o)] >= SeqOf(o)
     /\ \A o \in Obl : (rst[o] = "declined" /\ rreason[o] = "superseded")
                          => rNewest[KeyOf(o)] >= SeqOf(o)
-    \* the receiver never holds the older obligation applied over a newer one
-    /\ (rst[O1] = "applied" /\ rst[O2] = "applied") => appliedAt[O1] <= appliedAt[O2]
 
 -----------------------------------------------------------------------------
 (* Action properties (checked as PROPERTY [][A]_vars)                      *)
