@@ -16,6 +16,8 @@ pub mod custody;
 pub mod error;
 pub mod json;
 pub mod model;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 pub mod polarity;
 pub mod principal;
 pub mod sim;

@@ -29,7 +29,7 @@ impl RecordBatch {
 
 /// Orders records, transmits and events. A transmit or event is released
 /// only once every record emitted before it is committed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Outbox<T, E> {
     emitted: u64,
     polled: u64,

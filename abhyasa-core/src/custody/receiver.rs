@@ -186,7 +186,10 @@ struct Entry {
 type LedgerKey = (AgentId, ObligationId);
 
 /// The receiver state machine.
-#[derive(Debug)]
+///
+/// `Clone` lets a model checker explore alternative futures from one state;
+/// a driver must never run two clones against the same store and peers.
+#[derive(Debug, Clone)]
 pub struct Receiver {
     config: ReceiverConfig,
     registry: PolarityRegistry,
@@ -461,7 +464,11 @@ impl Receiver {
             }
         };
         let guarded_key = class.key.clone().filter(|_| class.guarded);
-        if let (Some(key), Some(seq)) = (&guarded_key, ob.sequence()) {
+        #[cfg(not(feature = "mutations"))]
+        let guard_on = true;
+        #[cfg(feature = "mutations")]
+        let guard_on = !crate::mutations::active(crate::mutations::Mutation::SupersessionGuardOff);
+        if let (Some(key), Some(seq), true) = (&guarded_key, ob.sequence(), guard_on) {
             if let Some((newest, by)) = self.key_seq.get(key) {
                 if seq <= *newest && by != ob.id() {
                     let detail = format!("sequence {seq} on {key} superseded by {newest} ({by})");
@@ -665,6 +672,12 @@ impl Receiver {
                 intent: None,
             },
         );
+        #[cfg(feature = "mutations")]
+        if outcome == LedgerOutcome::Applied
+            && crate::mutations::active(crate::mutations::Mutation::LedgerNotCommittedWithEffect)
+        {
+            return;
+        }
         self.outbox.record(Record::Ledger(Box::new(LedgerRecord {
             custodian: from.clone(),
             obligation_id: ob.id().clone(),
