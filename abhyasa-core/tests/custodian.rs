@@ -828,3 +828,35 @@ fn conflict_escalates_at_once_with_that_cause() {
     );
     let _ = Timestamp::EPOCH;
 }
+
+// The fold is the records' meaning: replays never reopen or rewrite a
+// finished transfer (the stores keep the same rule).
+#[test]
+fn snapshot_fold_never_reopens_or_rewrites_terminal_transfers() {
+    let mut d = Duo::new();
+    let ob = revoke("ob-1", "s");
+    d.c.offer(T0, ob.clone()).unwrap();
+    let mut all: Vec<Record> = Vec::new();
+    loop {
+        if let Some(b) = d.c.poll_records() {
+            all.extend(b.records.clone());
+            d.c.handle_committed(b.token());
+        }
+        while d.c.poll_transmit().is_some() {}
+        match d.c.poll_timeout() {
+            Some(t) => d.c.handle_timeout(t),
+            None => break,
+        }
+    }
+    let mut snap = CustodianSnapshot::default();
+    all.iter().for_each(|r| snap.apply(r));
+    assert_eq!(snap.escalations.len(), 1);
+    // Replay everything: nothing changes.
+    all.iter().for_each(|r| snap.apply(r));
+    assert_eq!(snap.escalations.len(), 1);
+    assert!(
+        snap.pending.is_empty(),
+        "a replayed open does not reopen it"
+    );
+    assert_eq!(snap.terminal[ob.id()].state, TerminalState::Escalated);
+}

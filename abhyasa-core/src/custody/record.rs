@@ -302,8 +302,13 @@ impl CustodianSnapshot {
     pub fn apply(&mut self, r: &Record) {
         match r {
             Record::CustodyOpened { pending, principal } => {
-                self.pending
-                    .insert(pending.obligation.id().clone(), pending.clone());
+                // Offers are idempotent: a replayed open never resets a
+                // pending transfer's attempts nor reopens a terminal one.
+                let id = pending.obligation.id();
+                if self.pending.contains_key(id) || self.terminal.contains_key(id) {
+                    return;
+                }
+                self.pending.insert(id.clone(), pending.clone());
                 self.principal.extend(principal.iter().cloned());
             }
             Record::AttemptMade {
@@ -323,7 +328,11 @@ impl CustodianSnapshot {
             }
             Record::CustodyClosed(c) => {
                 self.pending.remove(&c.obligation_id);
-                let first = !self.terminal.contains_key(&c.obligation_id);
+                // Terminal is final: a second close changes nothing (no
+                // second fail-safe, no second escalation, no new state).
+                if self.terminal.contains_key(&c.obligation_id) {
+                    return;
+                }
                 self.terminal.insert(
                     c.obligation_id.clone(),
                     TerminalSummary {
@@ -340,14 +349,15 @@ impl CustodianSnapshot {
                         late_ack_recorded: false,
                     },
                 );
-                if first {
-                    self.principal.extend(c.principal.iter().cloned());
-                    if let Some(e) = &c.escalation {
-                        self.escalations.push(e.clone());
-                    }
+                self.principal.extend(c.principal.iter().cloned());
+                if let Some(e) = &c.escalation {
+                    self.escalations.push(e.clone());
                 }
             }
             Record::BestEffortSent { summary, principal } => {
+                if self.terminal.contains_key(&summary.obligation_id) {
+                    return;
+                }
                 self.terminal
                     .insert(summary.obligation_id.clone(), summary.clone());
                 self.principal.extend(principal.iter().cloned());
