@@ -10,8 +10,8 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::principal::{AuthorizationEntry, DecisionItem, PrincipalWrite};
 use abhyasa_core::store::{
-    past_retention, terminal_state, Committed, Compacted, DurableState, EventId, LogEvent,
-    StoreError, StoredEvent, FORMAT_VERSION,
+    past_retention, Committed, Compacted, DurableState, EventId, LogEvent, StoreError, StoredEvent,
+    FORMAT_VERSION,
 };
 use abhyasa_core::{Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
 
@@ -313,7 +313,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                     obligation_id: c.obligation_id.clone(),
                     digest: c.digest,
                     target: c.target.clone(),
-                    state: terminal_state(&c.outcome),
+                    state: c.outcome.state(),
                     deadline_at: c.deadline_at,
                     closed_at: c.closed_at,
                     late_ack_recorded: false,

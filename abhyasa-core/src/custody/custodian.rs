@@ -688,11 +688,7 @@ impl Custodian {
         principal: Vec<PrincipalWrite>,
         escalation: Option<Escalation>,
     ) {
-        let state = match outcome {
-            CustodyOutcome::Applied => TerminalState::Applied,
-            CustodyOutcome::Declined { .. } => TerminalState::Declined,
-            CustodyOutcome::Escalated => TerminalState::Escalated,
-        };
+        let state = outcome.state();
         let id = p.obligation.id().clone();
         self.terminal.insert(
             id.clone(),

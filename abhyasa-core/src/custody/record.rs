@@ -64,6 +64,17 @@ pub enum CustodyOutcome {
     Escalated,
 }
 
+impl CustodyOutcome {
+    /// The terminal state this outcome puts a transfer in.
+    pub fn state(&self) -> TerminalState {
+        match self {
+            Self::Applied => TerminalState::Applied,
+            Self::Declined { .. } => TerminalState::Declined,
+            Self::Escalated => TerminalState::Escalated,
+        }
+    }
+}
+
 /// The terminal record: terminal mark, principal-side writes (`safe(O)`)
 /// and escalation, committed atomically so a crash can never apply a
 /// fail-safe or escalate twice.
@@ -339,11 +350,7 @@ impl CustodianSnapshot {
                         obligation_id: c.obligation_id.clone(),
                         digest: c.digest,
                         target: c.target.clone(),
-                        state: match c.outcome {
-                            CustodyOutcome::Applied => TerminalState::Applied,
-                            CustodyOutcome::Declined { .. } => TerminalState::Declined,
-                            CustodyOutcome::Escalated => TerminalState::Escalated,
-                        },
+                        state: c.outcome.state(),
                         deadline_at: c.deadline_at,
                         closed_at: c.closed_at,
                         late_ack_recorded: false,

@@ -181,7 +181,7 @@ impl LogEvent {
             },
             Record::CustodyClosed(c) => Self::CustodyClosed {
                 obligation_id: c.obligation_id.clone(),
-                state: terminal_state(&c.outcome),
+                state: c.outcome.state(),
             },
             Record::BestEffortSent { summary, .. } => Self::BestEffortSent {
                 obligation_id: summary.obligation_id.clone(),
@@ -203,16 +203,6 @@ impl LogEvent {
                 obligation_id: i.obligation.id().clone(),
             },
         }
-    }
-}
-
-/// The terminal state a custody outcome ends in.
-pub fn terminal_state(outcome: &crate::custody::CustodyOutcome) -> TerminalState {
-    use crate::custody::CustodyOutcome;
-    match outcome {
-        CustodyOutcome::Applied => TerminalState::Applied,
-        CustodyOutcome::Declined { .. } => TerminalState::Declined,
-        CustodyOutcome::Escalated => TerminalState::Escalated,
     }
 }
 

@@ -192,7 +192,7 @@ impl Disk {
                             obligation_id: c.obligation_id.clone(),
                             digest: c.digest,
                             target: c.target.clone(),
-                            state: super::terminal_state(&c.outcome),
+                            state: c.outcome.state(),
                             deadline_at: c.deadline_at,
                             closed_at: c.closed_at,
                             late_ack_recorded: false,
