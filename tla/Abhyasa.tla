@@ -305,8 +305,11 @@ RDefer(o) ==
 
 \* Decision on an obligation not yet applied/declined here, with deadline d.
 \* Order: expiry, then supersession, then the applier (apply / accountable
-\* refusal / defer).  Refusal and deferral are custody answers: a
-\* best-effort (benign) obligation is simply applied or expires.
+\* refusal / defer).  The model gives refusal and deferral to admissible
+\* obligations only.  The Rust receiver does not: its applier may also
+\* decline or defer a best-effort one.  Nothing observable is lost: acks
+\* for B1 are not in the channel, a refused B1 looks like B1 dropped for
+\* good, and a deferral completed later looks like a later delivery.
 RDecide(o, d, mayDefer) ==
     IF now + SkewMargin >= d
     THEN RDecline(o, "expired")

@@ -198,8 +198,10 @@ WithConfirmed(c, o) ==
 Clean == cv = cd /\ outbox = {}
 
 \* Custodian::offer -- custody taken (write-ahead: staged, sent on Commit).
-\* If the node crashes before the commit, the offer never happened (the
-\* caller is only answered after the commit) and may be made again.
+\* If the node crashes before the commit, the offer never happened and may
+\* be made again: Custodian::offer itself returns at once, but it only
+\* queues the record and the transmit, and the node answers its caller
+\* only after the commit.
 Offer(o) ==
     /\ cUp
     /\ Clean
@@ -339,8 +341,10 @@ RDefer(o, d) ==
     /\ msgs' = msgs \cup AckOut(o, "deferred", "none")
     /\ UNCHANGED <<rst, rreason, rNewest, applyCount, lateApply>>
 
-\* Expiry, then supersession, then the applier; refusal and deferral are
-\* custody answers and are not given to best-effort obligations.
+\* Expiry, then supersession, then the applier.  Refusal and deferral are
+\* given to admissible obligations only: a restriction of the model (the
+\* Rust applier may decline or defer B1 too), sound for the same reason as
+\* in Abhyasa.tla.
 RDecide(o, d, mayDefer) ==
     IF now + SkewMargin >= d
     THEN RDecline(o, "expired")
