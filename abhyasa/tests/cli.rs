@@ -2,98 +2,13 @@
 //! each other, run both as processes on loopback QUIC, drive them over the
 //! control socket.
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_abhyasa");
-
-/// Kills and reaps the node processes however the test ends.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn abhyasa(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("the abhyasa binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = abhyasa(args);
-    assert!(
-        out.status.success(),
-        "abhyasa {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = ok(args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
-}
-
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free UDP port")
-        .port()
-}
-
-/// `init`, returning the `[[peers]]` snippet it printed.
-fn init(dir: &Path, agent: &str, port: u16) -> String {
-    let listen = format!("127.0.0.1:{port}");
-    let out = ok(&[
-        "init",
-        "--dir",
-        dir.to_str().expect("utf-8 path"),
-        "--agent",
-        agent,
-        "--listen",
-        &listen,
-    ]);
-    assert!(out.contains("fingerprint: "), "{out}");
-    let at = out.find("[[peers]]").expect("init prints a peers snippet");
-    out[at..].to_string()
-}
-
-fn pin(dir: &Path, snippet: &str) {
-    let path = dir.join("config.toml");
-    let mut text = std::fs::read_to_string(&path).expect("config.toml");
-    text.push('\n');
-    text.push_str(snippet);
-    std::fs::write(&path, text).expect("config.toml written");
-}
-
-fn spawn(dir: &Path) -> Child {
-    Command::new(BIN)
-        .args(["node", "run", "--dir", dir.to_str().expect("utf-8 path")])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("node run starts")
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+mod process;
+use process::{abhyasa, free_port, init, json, ok, pin, spawn, wait_for, Children};
 
 #[test]
 fn two_nodes_over_the_cli() {
