@@ -20,8 +20,10 @@
 //!   nondeterministically, and nondeterministic completion of deferrals.
 //!
 //! [stateright](https://docs.rs/stateright) explores the state space
-//! breadth-first and deduplicates on a canonical fingerprint of the
-//! composed state (see the `encode` module). The properties are those of
+//! breadth-first (or depth-first, [`Search`], for configurations whose
+//! breadth-first frontier would not fit in memory) and deduplicates on a
+//! canonical fingerprint of the composed state (see the `encode` module).
+//! Every run reports distinct states, max depth and time ([`CheckReport`]). The properties are those of
 //! `tla/Abhyasa.tla` and `tla/AbhyasaCrash.tla`; `tla/README.md` maps each
 //! TLA+ action to the Rust function it stands for.
 #![forbid(unsafe_code)]
@@ -36,4 +38,4 @@ pub mod trace;
 
 pub use config::{CheckConfig, ObligationSpec, Preset, Scope};
 pub use model::{AbhyasaModel, Action, Decision};
-pub use run::{check, CheckReport, Counterexample, RunOptions};
+pub use run::{check, CheckReport, Counterexample, RunOptions, Search};

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use abhyasa_checker::{check, CheckConfig, Preset, RunOptions};
+use abhyasa_checker::{check, CheckConfig, Preset, RunOptions, Search};
 use clap::Parser;
 
 /// Exhaustive bounded model check of the real abhyasa-core custodian and
@@ -25,6 +25,14 @@ struct Args {
     /// Stop after generating this many states (counting repeats).
     #[arg(long)]
     max_states: Option<usize>,
+    /// Order of exploration: bfs | dfs (default: dfs for `large`, whose
+    /// breadth-first frontier would not fit in memory; bfs otherwise).
+    #[arg(long)]
+    search: Option<Search>,
+    /// Print progress (distinct states, depth) to stderr every N seconds;
+    /// 0 turns it off.
+    #[arg(long, default_value_t = 30)]
+    progress: u64,
     /// Override bounds of the preset, e.g. `--set deadline=4 --set dups=0`
     /// (keys: obligations=O1,O2,B1 deadline max_retries base cap skew
     /// offer_window horizon dups custodian_crashes receiver_crashes
@@ -65,6 +73,12 @@ fn main() -> ExitCode {
         opts.threads = t;
     }
     opts.max_states = args.max_states;
+    opts.search = args.search.unwrap_or(if args.config == Preset::Large {
+        Search::DepthFirst
+    } else {
+        Search::BreadthFirst
+    });
+    opts.progress = (args.progress > 0).then(|| std::time::Duration::from_secs(args.progress));
     if let Some(name) = &args.mutation {
         config = match mutated(config, name) {
             Ok(c) => c,

@@ -3,11 +3,49 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use stateright::report::{ReportData, ReportDiscovery, Reporter};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 use crate::config::CheckConfig;
 use crate::model::AbhyasaModel;
 use crate::trace;
+
+/// Order of exploration. Both visit every reachable state once (they
+/// deduplicate on the same fingerprint) and check every property in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Search {
+    /// Breadth-first: counterexamples are shortest, and `max_depth` is the
+    /// largest distance (in steps) of a reachable state from the initial
+    /// one. Holds the whole frontier of full states in memory, which limits
+    /// it to a few million states.
+    #[default]
+    BreadthFirst,
+    /// Depth-first: keeps only the fingerprints of visited states and one
+    /// path's worth of full states, so its memory stays small; the
+    /// `max_depth` it reports is the longest depth-first path, which can
+    /// exceed the breadth-first figure.
+    DepthFirst,
+}
+
+impl fmt::Display for Search {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Search::BreadthFirst => "breadth-first",
+            Search::DepthFirst => "depth-first",
+        })
+    }
+}
+
+impl std::str::FromStr for Search {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bfs" | "breadth-first" => Ok(Search::BreadthFirst),
+            "dfs" | "depth-first" => Ok(Search::DepthFirst),
+            other => Err(format!("unknown search {other:?}: expected bfs | dfs")),
+        }
+    }
+}
 
 /// How to run.
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +58,11 @@ pub struct RunOptions {
     /// Safety cap on generated states (counting repeats); a run that hits
     /// it reports itself incomplete.
     pub max_states: Option<usize>,
+    /// Print distinct states, generated states and depth to stderr at this
+    /// interval while the run goes on (long runs).
+    pub progress: Option<Duration>,
+    /// Order of exploration.
+    pub search: Search,
 }
 
 impl Default for RunOptions {
@@ -28,7 +71,41 @@ impl Default for RunOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stop_at_first_failure: false,
             max_states: None,
+            progress: None,
+            search: Search::BreadthFirst,
         }
+    }
+}
+
+/// Progress lines on stderr for long runs.
+struct Progress {
+    every: Duration,
+}
+
+impl<M: Model> Reporter<M> for Progress {
+    fn report_checking(&mut self, d: ReportData) {
+        eprintln!(
+            "{} distinct states {}, generated {}, max depth {}, {:.0}s",
+            if d.done { "done:" } else { "progress:" },
+            d.unique_states,
+            d.total_states,
+            d.max_depth,
+            d.duration.as_secs_f64()
+        );
+    }
+
+    fn report_discoveries(
+        &mut self,
+        _: &M,
+        _: std::collections::BTreeMap<&'static str, ReportDiscovery<M>>,
+    ) where
+        M::Action: fmt::Debug + PartialEq,
+        M::State: fmt::Debug + std::hash::Hash + PartialEq,
+    {
+    }
+
+    fn delay(&self) -> Duration {
+        self.every
     }
 }
 
@@ -56,6 +133,10 @@ pub struct CheckReport {
     pub max_depth: usize,
     /// Wall-clock time.
     pub elapsed: Duration,
+    /// Order of exploration (what `max_depth` means depends on it).
+    pub search: Search,
+    /// Worker threads.
+    pub threads: usize,
     /// Whether the whole bounded state space was explored.
     pub complete: bool,
     /// Broken invariants / liveness, with traces.
@@ -71,11 +152,13 @@ impl fmt::Display for CheckReport {
         writeln!(f, "configuration {}", self.config)?;
         writeln!(
             f,
-            "distinct states {}, generated {}, max depth {}, {:.1}s, {}",
+            "distinct states {}, generated {}, max depth {}, {:.1}s, {}, {} thread(s), {}",
             self.distinct_states,
             self.generated_states,
             self.max_depth,
             self.elapsed.as_secs_f64(),
+            self.search,
+            self.threads,
             if self.complete {
                 "complete"
             } else {
@@ -107,11 +190,11 @@ impl fmt::Display for CheckReport {
     }
 }
 
-/// Explores the configuration's state space breadth-first.
+/// Explores the configuration's whole bounded state space (or stops early
+/// as `opts` says) and reports what it found.
 pub fn check(config: CheckConfig, opts: RunOptions) -> Result<CheckReport, String> {
     let described = format!("{config:?}");
     let model = AbhyasaModel::new(config)?;
-    let properties = model.properties();
     let start = Instant::now();
     let mut builder = model.checker().threads(opts.threads.max(1));
     if opts.stop_at_first_failure {
@@ -120,14 +203,37 @@ pub fn check(config: CheckConfig, opts: RunOptions) -> Result<CheckReport, Strin
     if let Some(n) = opts.max_states {
         builder = builder.target_state_count(n);
     }
-    let checker = builder.spawn_bfs().join();
+    Ok(match opts.search {
+        Search::BreadthFirst => {
+            summarize(wait(builder.spawn_bfs(), &opts), described, start, &opts)
+        }
+        Search::DepthFirst => summarize(wait(builder.spawn_dfs(), &opts), described, start, &opts),
+    })
+}
+
+fn wait<C>(checker: C, opts: &RunOptions) -> C
+where
+    C: Checker<AbhyasaModel> + Send + Sync,
+{
+    match opts.progress {
+        Some(every) => checker.join_and_report(&mut Progress { every }),
+        None => checker.join(),
+    }
+}
+
+fn summarize<C: Checker<AbhyasaModel>>(
+    checker: C,
+    described: String,
+    start: Instant,
+    opts: &RunOptions,
+) -> CheckReport {
     let elapsed = start.elapsed();
     let discoveries = checker.discoveries();
     let model = checker.model();
     let mut counterexamples = Vec::new();
     let mut examples_found = Vec::new();
     let mut examples_missing = Vec::new();
-    for p in &properties {
+    for p in &model.properties() {
         let found = discoveries.get(p.name);
         match (&p.expectation, found) {
             (Expectation::Sometimes, Some(_)) => examples_found.push(p.name),
@@ -141,16 +247,18 @@ pub fn check(config: CheckConfig, opts: RunOptions) -> Result<CheckReport, Strin
         }
     }
     counterexamples.sort_by_key(|c| c.steps);
-    Ok(CheckReport {
+    CheckReport {
         config: described,
         distinct_states: checker.unique_state_count(),
         generated_states: checker.state_count(),
         max_depth: checker.max_depth(),
         elapsed,
+        search: opts.search,
+        threads: opts.threads.max(1),
         complete: (!opts.stop_at_first_failure || counterexamples.is_empty())
             && opts.max_states.is_none_or(|n| checker.state_count() < n),
         counterexamples,
         examples_found,
         examples_missing,
-    })
+    }
 }
