@@ -4,7 +4,6 @@
 //! commit; what depends on them is released only when it returns.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 
 use abhyasa_core::custody::{
@@ -22,7 +21,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::clock::Clock;
 use crate::metrics::MetricsSnapshot;
 use crate::node::{NodeError, NodeEvent, Outcome, StatusView};
-use crate::store_thread::{CommitDone, CommitJob, Job};
+use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 
 /// Most obligation ids in one status query.
 const STATUS_QUERY_CHUNK: usize = 512;
@@ -83,7 +82,7 @@ pub(crate) struct Driver {
     transport: TransportHandle,
     incoming: mpsc::Receiver<Incoming>,
     commands: mpsc::Receiver<Command>,
-    store: std_mpsc::Sender<Job>,
+    store: StoreJobs,
     commit_done: mpsc::UnboundedReceiver<CommitDone>,
     store_join: Option<std::thread::JoinHandle<()>>,
     in_flight: bool,
@@ -108,9 +107,9 @@ impl Driver {
         transport: TransportHandle,
         incoming: mpsc::Receiver<Incoming>,
         commands: mpsc::Receiver<Command>,
-        store: std_mpsc::Sender<Job>,
+        store: StoreJobs,
         commit_done: mpsc::UnboundedReceiver<CommitDone>,
-        store_join: std::thread::JoinHandle<()>,
+        store_join: Option<std::thread::JoinHandle<()>>,
         events: broadcast::Sender<NodeEvent>,
         max_batch_inputs: usize,
     ) -> Self {
@@ -125,7 +124,7 @@ impl Driver {
             commands,
             store,
             commit_done,
-            store_join: Some(store_join),
+            store_join,
             in_flight: false,
             events,
             offer_waiters: HashMap::new(),
@@ -464,7 +463,11 @@ impl Driver {
                 tracing::info!(%peer, "peer up");
                 // Ask at once what became of what we hold for it, so a
                 // healed partition discharges without waiting for backoff.
-                let pending = self.custodian.pending_for(&peer);
+                let mut pending = self.custodian.pending_for(&peer);
+                // In id order, not hash order: the answers (and any
+                // resends) then go out in the same order on every run,
+                // which a seeded simulation needs to replay.
+                pending.sort();
                 for chunk in pending.chunks(STATUS_QUERY_CHUNK) {
                     self.send(Transmit {
                         to: peer.clone(),

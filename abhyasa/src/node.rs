@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::clock::{Clock, SystemClock};
 use crate::driver::{Command, Driver};
 use crate::metrics::MetricsSnapshot;
-use crate::store_thread::{self, Job, Query};
+use crate::store_thread::{self, Job, Query, StoreJobs};
 
 /// Everything a node needs besides its transport and store.
 pub struct NodeOptions {
@@ -39,6 +39,12 @@ pub struct NodeOptions {
     pub clock: Arc<dyn Clock>,
     /// Most inputs folded into one commit batch before it is flushed.
     pub max_batch_inputs: usize,
+    /// Run the store on the driver's task instead of a store thread
+    /// (default `false`). For deterministic simulation (netsim under
+    /// turmoil) with an in-memory store: every commit then happens on the
+    /// simulated executor, and what depends on it is still released only
+    /// on a later turn of the driver's loop.
+    pub inline_store: bool,
 }
 
 impl NodeOptions {
@@ -52,6 +58,7 @@ impl NodeOptions {
             applier: Box::new(abhyasa_core::custody::StandardApplier::default()),
             clock: Arc::new(SystemClock),
             max_batch_inputs: 4096,
+            inline_store: false,
         }
     }
 }
@@ -150,7 +157,7 @@ pub struct Node {
     agent: AgentId,
     commands: mpsc::Sender<Command>,
     events: broadcast::Sender<NodeEvent>,
-    store_jobs: std::sync::mpsc::Sender<Job>,
+    store_jobs: StoreJobs,
     clock: Arc<dyn Clock>,
     transport: abhyasa_transport::TransportHandle,
 }
@@ -192,7 +199,12 @@ impl Node {
             &state.receiver,
             now,
         );
-        let (store_jobs, commit_done, store_join) = store_thread::spawn(store)?;
+        let (store_jobs, commit_done, store_join) = if options.inline_store {
+            let (jobs, done) = store_thread::spawn_inline(store);
+            (jobs, done, None)
+        } else {
+            store_thread::spawn(store)?
+        };
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
         let (ev_tx, _) = broadcast::channel(65_536);
         let Transport { handle, incoming } = transport;

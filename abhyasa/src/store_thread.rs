@@ -3,6 +3,7 @@
 //! flight. Exactly one commit is in flight at a time, in order.
 
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
@@ -55,14 +56,111 @@ pub(crate) enum Job {
     Stop,
 }
 
+/// Where store jobs go: the store thread, or the store itself, run in
+/// the caller (see [`spawn_inline`]). Cheap to clone.
+#[derive(Clone)]
+pub(crate) enum StoreJobs {
+    /// The store thread.
+    Thread(std_mpsc::Sender<Job>),
+    /// The store, run by whoever sends a job.
+    Inline(Arc<Mutex<Inline>>),
+}
+
+impl std::fmt::Debug for StoreJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreJobs::Thread(_) => f.write_str("StoreJobs::Thread"),
+            StoreJobs::Inline(_) => f.write_str("StoreJobs::Inline"),
+        }
+    }
+}
+
+/// The inline store and where its commit results go.
+pub(crate) struct Inline {
+    store: Option<Box<dyn Store>>,
+    done: mpsc::UnboundedSender<CommitDone>,
+}
+
+/// The store has stopped.
+#[derive(Debug)]
+pub(crate) struct Stopped;
+
+impl StoreJobs {
+    /// Hands `job` to the store. Inline, a commit runs now and its result
+    /// is queued like the thread's, so the driver releases what depends on
+    /// it only on a later turn of its loop, as with the thread.
+    pub(crate) fn send(&self, job: Job) -> Result<(), Stopped> {
+        match self {
+            StoreJobs::Thread(tx) => tx.send(job).map_err(|_| Stopped),
+            StoreJobs::Inline(inline) => {
+                let mut g = inline.lock().unwrap_or_else(|e| e.into_inner());
+                let Inline { store, done } = &mut *g;
+                let Some(s) = store.as_mut() else {
+                    return Err(Stopped);
+                };
+                if !run_job(s.as_mut(), job, done) {
+                    *store = None;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Runs one job; false when the store should stop.
+fn run_job(store: &mut dyn Store, job: Job, done_tx: &mpsc::UnboundedSender<CommitDone>) -> bool {
+    match job {
+        Job::Stop => false,
+        Job::Commit(c) => {
+            let start = Instant::now();
+            let mut slices: Vec<&[Record]> = Vec::with_capacity(2);
+            let mut records = 0;
+            if let Some((r, _)) = &c.custodian {
+                records += r.len();
+                slices.push(r);
+            }
+            if let Some((r, _)) = &c.receiver {
+                records += r.len();
+                slices.push(r);
+            }
+            let result = store.commit(c.now, &slices).map(|_| ());
+            let done = CommitDone {
+                custodian: c.custodian.as_ref().map(|(_, t)| *t),
+                receiver: c.receiver.as_ref().map(|(_, t)| *t),
+                records,
+                micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+                result,
+            };
+            done_tx.send(done).is_ok()
+        }
+        Job::Query(q) => {
+            match q {
+                Query::Load(r) => {
+                    let _ = r.send(store.load());
+                }
+                Query::Inbox(now, r) => {
+                    let _ = r.send(store.inbox(now));
+                }
+                Query::Events(from, limit, r) => {
+                    let _ = r.send(store.events(from, limit));
+                }
+                Query::Compact(now, retention, r) => {
+                    let _ = r.send(store.compact(now, retention));
+                }
+            }
+            true
+        }
+    }
+}
+
 /// Starts the store thread. Commit results come back on the returned
 /// receiver; the thread ends when the job sender is dropped.
 pub(crate) fn spawn(
     mut store: Box<dyn Store>,
 ) -> std::io::Result<(
-    std_mpsc::Sender<Job>,
+    StoreJobs,
     mpsc::UnboundedReceiver<CommitDone>,
-    thread::JoinHandle<()>,
+    Option<thread::JoinHandle<()>>,
 )> {
     let (tx, rx) = std_mpsc::channel::<Job>();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -70,48 +168,25 @@ pub(crate) fn spawn(
         .name("abhyasa-store".into())
         .spawn(move || {
             while let Ok(job) = rx.recv() {
-                match job {
-                    Job::Stop => break,
-                    Job::Commit(c) => {
-                        let start = Instant::now();
-                        let mut slices: Vec<&[Record]> = Vec::with_capacity(2);
-                        let mut records = 0;
-                        if let Some((r, _)) = &c.custodian {
-                            records += r.len();
-                            slices.push(r);
-                        }
-                        if let Some((r, _)) = &c.receiver {
-                            records += r.len();
-                            slices.push(r);
-                        }
-                        let result = store.commit(c.now, &slices).map(|_| ());
-                        let done = CommitDone {
-                            custodian: c.custodian.as_ref().map(|(_, t)| *t),
-                            receiver: c.receiver.as_ref().map(|(_, t)| *t),
-                            records,
-                            micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
-                            result,
-                        };
-                        if done_tx.send(done).is_err() {
-                            break;
-                        }
-                    }
-                    Job::Query(q) => match q {
-                        Query::Load(r) => {
-                            let _ = r.send(store.load());
-                        }
-                        Query::Inbox(now, r) => {
-                            let _ = r.send(store.inbox(now));
-                        }
-                        Query::Events(from, limit, r) => {
-                            let _ = r.send(store.events(from, limit));
-                        }
-                        Query::Compact(now, retention, r) => {
-                            let _ = r.send(store.compact(now, retention));
-                        }
-                    },
+                if !run_job(store.as_mut(), job, &done_tx) {
+                    break;
                 }
             }
         })?;
-    Ok((tx, done_rx, handle))
+    Ok((StoreJobs::Thread(tx), done_rx, Some(handle)))
+}
+
+/// No thread: every job runs in the caller, on the driver's task for
+/// commits. For simulations whose time and scheduling must stay on one
+/// deterministic executor (turmoil); a commit then blocks the driver for
+/// its duration, so use it with an in-memory store.
+pub(crate) fn spawn_inline(
+    store: Box<dyn Store>,
+) -> (StoreJobs, mpsc::UnboundedReceiver<CommitDone>) {
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let inline = Inline {
+        store: Some(store),
+        done: done_tx,
+    };
+    (StoreJobs::Inline(Arc::new(Mutex::new(inline))), done_rx)
 }

@@ -43,8 +43,8 @@ pub enum Command {
     /// Combine the --json outputs of every shard of a sweep into exactly
     /// the one-machine result.
     Merge(MergeArgs),
-    /// Full-stack scenario under turmoil (not yet available: needs the node
-    /// runtime, issue 4).
+    /// Full-stack scenario under turmoil: the real node runtime and
+    /// transports on simulated hosts, invariants checked on ground truth.
     Run(RunArgs),
     /// Parameter studies over scenarios (not yet available: needs the node
     /// runtime, issue 4).
@@ -147,10 +147,10 @@ pub struct RunArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
-    /// Directory for the report, traces and pictures.
+    /// Directory to write report.json into (created if missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// No progress bar.
+    /// Print nothing but violations (and the JSON with --json).
     #[arg(long, short = 'q')]
     pub quiet: bool,
 }
@@ -257,7 +257,7 @@ where
     match cli.command {
         Command::Sweep(a) => sweep(a),
         Command::Merge(a) => merge(a),
-        Command::Run(_) => not_yet("run"),
+        Command::Run(a) => run(a),
         Command::Study(StudyArgs {
             study: Study::PartitionDuration(a),
         }) => {
@@ -272,6 +272,59 @@ where
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(EXIT_USAGE)
+}
+
+/// The command that replays a run.
+pub fn run_replay_command(scenario: &std::path::Path, seed: u64) -> String {
+    format!("abhyasa-sim run {} --seed {seed}", scenario.display())
+}
+
+fn run(a: RunArgs) -> ExitCode {
+    use crate::fullstack::{run_scenario, Scenario};
+    let scenario = match Scenario::from_file(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
+    };
+    let report = match run_scenario(&scenario, a.seed) {
+        Ok(r) => r,
+        Err(e) => return usage(format_args!("scenario {}: {e}", scenario.name)),
+    };
+    if let Some(dir) = &a.out {
+        let write = std::fs::create_dir_all(dir).and_then(|()| {
+            let json = serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?;
+            std::fs::write(dir.join("report.json"), json + "\n")
+        });
+        if let Err(e) = write {
+            return usage(format_args!(
+                "cannot write {}: {e}",
+                dir.join("report.json").display()
+            ));
+        }
+    }
+    if a.json {
+        match serde_json::to_string(&report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => return usage(e),
+        }
+    } else if !a.quiet {
+        println!("{report}");
+    }
+    if report.passed() {
+        return ExitCode::SUCCESS;
+    }
+    let replay = run_replay_command(&a.scenario, a.seed);
+    eprintln!(
+        "INVARIANT VIOLATED: {} violation(s) in scenario {}, seed {}",
+        report.violation_count, report.scenario, report.seed
+    );
+    for v in &report.violations {
+        match &v.obligation {
+            Some(o) => eprintln!("  [{}] {o}: {}", v.invariant, v.detail),
+            None => eprintln!("  [{}] {}", v.invariant, v.detail),
+        }
+    }
+    eprintln!("  replay: {replay}");
+    ExitCode::from(EXIT_VIOLATION)
 }
 
 fn not_yet(what: &str) -> ExitCode {

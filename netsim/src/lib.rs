@@ -25,6 +25,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod fullstack;
 pub mod merge;
 pub mod pyrandom;
 pub mod reference;

@@ -47,6 +47,17 @@ pub struct QuicConfig {
     pub keep_alive: Duration,
     /// See [`DEFAULT_CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
+    /// A fixed UDP payload size (initial and minimum MTU, no path MTU
+    /// discovery), for simulated networks that have no path MTU (netsim
+    /// over turmoil): whole handshake flights then fit one datagram, so
+    /// the datagram count does not depend on the (randomised) length of
+    /// ECDSA signatures. `None` (default): quinn's discovery from 1200.
+    pub fixed_mtu: Option<u16>,
+    /// Seed of quinn's internal random stream (connection ids, packet
+    /// number skipping, transport-parameter grease), for reproducible
+    /// simulations only; `None` (default): the platform's entropy. TLS
+    /// keeps its own randomness either way.
+    pub dangerous_rng_seed: Option<[u8; 32]>,
 }
 
 impl QuicConfig {
@@ -61,6 +72,8 @@ impl QuicConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             keep_alive: DEFAULT_KEEP_ALIVE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            fixed_mtu: None,
+            dangerous_rng_seed: None,
         }
     }
 

@@ -42,7 +42,7 @@ pub use identity::{
     IdentityError, PeerPin, PinError, PinSet, SignatureError,
 };
 pub use tls::TlsError;
-pub use transport::{start, StartError};
+pub use transport::{start, start_with_socket, StartError};
 
 #[cfg(test)]
 mod tests;

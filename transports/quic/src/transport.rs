@@ -34,7 +34,7 @@ pub enum StartError {
     /// The TLS configuration could not be built.
     #[error(transparent)]
     Tls(#[from] TlsError),
-    /// A timeout knob is out of range.
+    /// A timeout (or MTU) knob is out of range.
     #[error("invalid timeouts: {0}")]
     Timeouts(String),
     /// The UDP socket could not be bound.
@@ -72,6 +72,14 @@ fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, Start
         // peer cannot make us buffer streams we never read.
         .max_concurrent_bidi_streams(0u8.into())
         .max_concurrent_uni_streams(1u8.into());
+    if let Some(mtu) = config.fixed_mtu {
+        if mtu < 1200 {
+            return Err(StartError::Timeouts(format!(
+                "fixed_mtu {mtu} is below QUIC's minimum of 1200"
+            )));
+        }
+        t.initial_mtu(mtu).min_mtu(mtu).mtu_discovery_config(None);
+    }
     Ok(t)
 }
 
@@ -79,24 +87,48 @@ fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, Start
 /// and dials every peer that has an address. Must be called within a tokio
 /// runtime.
 pub async fn start(config: QuicConfig) -> Result<Transport, StartError> {
+    let socket = std::net::UdpSocket::bind(config.listen).map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
+    let socket = runtime
+        .wrap_udp_socket(socket)
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    start_with_socket(config, socket, runtime).await
+}
+
+/// Starts the QUIC transport on a given socket and runtime instead of
+/// binding `config.listen` (which is then ignored): for a simulated network
+/// (netsim runs it over turmoil's UDP with a seeded dropper). Otherwise the
+/// same as [`start`].
+pub async fn start_with_socket(
+    config: QuicConfig,
+    socket: Arc<dyn quinn::AsyncUdpSocket>,
+    runtime: Arc<dyn quinn::Runtime>,
+) -> Result<Transport, StartError> {
     let pins = Arc::new(PinSet::new(
         &config.agent,
         config.peers.iter().map(|p| &p.pin),
     )?);
     let transport = Arc::new(transport_config(&config)?);
     let server = tls::server_config(&config.identity, pins.clone(), transport.clone())?;
-    let bind = |source| StartError::Bind {
-        addr: config.listen,
-        source,
-    };
-    let socket = std::net::UdpSocket::bind(config.listen).map_err(bind)?;
-    let endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::new(Arc::new(tls::reset_key(&config.identity))),
-        Some(server),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(bind)?;
+    let addr = socket.local_addr().unwrap_or(config.listen);
+    let mut endpoint_config =
+        quinn::EndpointConfig::new(Arc::new(tls::reset_key(&config.identity)));
+    endpoint_config.rng_seed(config.dangerous_rng_seed);
+    if let Some(mtu) = config.fixed_mtu {
+        // Receive buffers must hold the fixed-size datagrams.
+        endpoint_config
+            .max_udp_payload_size(mtu)
+            .map_err(|e| StartError::Timeouts(format!("fixed_mtu {mtu}: {e}")))?;
+    }
+    let endpoint =
+        quinn::Endpoint::new_with_abstract_socket(endpoint_config, Some(server), socket, runtime)
+            .map_err(|source| StartError::Bind { addr, source })?;
     let (registry, handle) = Registry::new(config.agent.clone(), config.link.clone());
     if let Ok(addr) = endpoint.local_addr() {
         registry.set_local_addr(addr);
@@ -126,7 +158,10 @@ pub async fn start(config: QuicConfig) -> Result<Transport, StartError> {
 async fn accept_loop(ctx: Arc<Ctx>) {
     let token = ctx.registry.shutdown_token();
     loop {
+        // Biased (here and in `run`): a fixed poll order keeps a run under
+        // a seeded simulated runtime reproducible; no branch can starve.
         let incoming = tokio::select! {
+            biased;
             _ = token.cancelled() => break,
             i = ctx.endpoint.accept() => match i {
                 Some(i) => i,
@@ -251,6 +286,7 @@ async fn run(ctx: &Ctx, conn: quinn::Connection, peer: AgentId) -> Result<(), Di
     } = link;
     let token = ctx.registry.shutdown_token();
     let why = tokio::select! {
+        biased;
         _ = token.cancelled() => {
             conn.close(CLOSE_SHUTDOWN.into(), b"shutdown");
             "shutdown".to_string()

@@ -1,0 +1,267 @@
+//! The host model: what runs on each simulated machine. A host has a
+//! [`Role`]; its software opens the real node runtime on its simulated
+//! disk over the real transport, then plays the role until the host is
+//! crashed. A restart (turmoil `bounce`) runs the same software again on
+//! the same disk, so the node recovers from what was committed.
+//!
+//! Roles today: custodian (offers the workload) and receiver (applies,
+//! declines or defers). A store-and-forward relay is a third role: a host
+//! with a disk and a transport that forwards frames and never takes custody
+//! (DESIGN §2 "End-to-end custody"); add it as `Role::Relay` with its own
+//! `run_*` function when the relay exists.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use abhyasa::clock::TokioClock;
+use abhyasa::{Node, NodeOptions};
+use abhyasa_core::custody::{CustodyProfile, Offered, StandardApplier};
+use abhyasa_core::store::SimStore;
+use abhyasa_core::wire::Message;
+use abhyasa_core::{AgentId, Backoff, Obligation, Timestamp};
+use abhyasa_quic::{Identity, PeerPin, QuicConfig};
+use abhyasa_transport::{Incoming, LinkConfig, Transport};
+
+use super::scenario::{Scenario, TransportKind};
+use super::truth::{RecordingApplier, RecordingStore, Truth};
+use super::udp::{Dropper, SimUdp};
+
+/// The port every host's node listens on.
+pub(crate) const PORT: u16 = 4433;
+
+/// What a host does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Offers its share of the workload to the receivers.
+    Custodian,
+    /// Applies, declines or defers what it receives.
+    Receiver,
+}
+
+/// One obligation of the workload and when it is offered.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    pub(crate) at: Duration,
+    pub(crate) obligation: Obligation,
+}
+
+/// Everything a host's software needs; shared by its incarnations.
+pub(crate) struct HostCtx {
+    pub(crate) name: String,
+    pub(crate) role: Role,
+    pub(crate) agent: AgentId,
+    pub(crate) identity: Identity,
+    /// The peers it talks to: host name and pin.
+    pub(crate) peers: Vec<(String, PeerPin)>,
+    pub(crate) scenario: Arc<Scenario>,
+    pub(crate) seed: u64,
+    pub(crate) t0: Timestamp,
+    pub(crate) disk: Arc<Mutex<SimStore>>,
+    pub(crate) dropper: Arc<Mutex<Dropper>>,
+    pub(crate) truth: Truth,
+    pub(crate) plan: Arc<Vec<Planned>>,
+}
+
+/// Errors that end a host's software (reported as a run error).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostError {
+    #[error("{host}: {what}")]
+    Start { host: String, what: String },
+}
+
+pub(crate) fn start_err(host: &str, what: impl std::fmt::Display) -> HostError {
+    HostError::Start {
+        host: host.to_string(),
+        what: what.to_string(),
+    }
+}
+
+/// Link knobs for the simulation. The reconnect backoff is at most one
+/// tick, so its (process-randomly seeded) jitter never shows: the redial
+/// lands on the next tick whatever was drawn, and runs stay deterministic.
+fn link_config(tick: Duration) -> LinkConfig {
+    LinkConfig {
+        backoff: abhyasa_transport::Backoff {
+            initial: tick,
+            max: tick,
+        },
+        ..LinkConfig::default()
+    }
+}
+
+/// Runs one incarnation of a host until it is crashed.
+pub(crate) async fn run_host(ctx: Arc<HostCtx>) -> Result<(), Box<dyn std::error::Error>> {
+    let now = ctx
+        .t0
+        .saturating_add(turmoil::sim_elapsed().unwrap_or_default());
+    let incarnation = ctx.truth.with(|t| {
+        let n = t.incarnations.entry(ctx.name.clone()).or_insert(0);
+        *n += 1;
+        *n
+    });
+    let transport = start_transport(&ctx, incarnation).await?;
+    let transport = count_frames(transport, ctx.truth.clone());
+    let mut o = NodeOptions::new(ctx.agent.clone());
+    o.inline_store = true;
+    o.clock = Arc::new(TokioClock::starting_at(now));
+    o.custodian.seed =
+        super::truth::splitmix(ctx.seed ^ super::truth::splitmix(host_index(&ctx.name)));
+    let w = &ctx.scenario.workload;
+    o.custodian.default_profile = CustodyProfile {
+        backoff: Backoff {
+            base: w.backoff_base.0,
+            cap: w.backoff_cap.0,
+            jitter: w.jitter,
+        },
+        ..CustodyProfile::default()
+    };
+    o.receiver.skew_margin = Duration::from_millis(500);
+    let r = &ctx.scenario.receiver;
+    o.applier = Box::new(RecordingApplier {
+        agent: ctx.agent.clone(),
+        seed: ctx.seed,
+        apply: r.apply,
+        decline: r.decline,
+        defer_for: r.defer_for.0,
+        first_deferred: Default::default(),
+        inner: StandardApplier::default(),
+        truth: ctx.truth.clone(),
+    });
+    let store = RecordingStore {
+        disk: ctx.disk.clone(),
+        agent: ctx.agent.clone(),
+        truth: ctx.truth.clone(),
+    };
+    let node = Node::open(o, Box::new(store), transport)
+        .await
+        .map_err(|e| start_err(&ctx.name, e))?;
+    if ctx.role == Role::Custodian {
+        offer_workload(&ctx, &node).await;
+    }
+    // Serve until crashed or the simulation ends.
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+fn host_index(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, HostError> {
+    let tick = ctx.scenario.tick.0;
+    match ctx.scenario.transport {
+        TransportKind::Quic => {
+            let socket = turmoil::net::UdpSocket::bind(("0.0.0.0", PORT))
+                .await
+                .map_err(|e| start_err(&ctx.name, format!("bind udp: {e}")))?;
+            let listen = socket.local_addr().map_err(|e| start_err(&ctx.name, e))?;
+            let mut config = QuicConfig::new(ctx.agent.clone(), ctx.identity.clone(), listen);
+            config.link = link_config(tick);
+            config.idle_timeout = Duration::from_secs(10);
+            config.keep_alive = Duration::from_secs(2);
+            config.connect_timeout = Duration::from_secs(3);
+            // turmoil has no path MTU; a jumbo fixed MTU keeps datagram
+            // counts independent of ECDSA signature lengths.
+            config.fixed_mtu = Some(8_192);
+            // Seeded per host and incarnation, so a run replays exactly.
+            let mut rng_seed = [0u8; 32];
+            let base = super::truth::splitmix(ctx.seed ^ host_index(&ctx.name) ^ incarnation);
+            for (i, chunk) in rng_seed.chunks_mut(8).enumerate() {
+                chunk.copy_from_slice(&super::truth::splitmix(base + i as u64).to_le_bytes());
+            }
+            config.dangerous_rng_seed = Some(rng_seed);
+            for (host, pin) in &ctx.peers {
+                // Custodians dial their receivers; receivers wait.
+                let addr = (ctx.role == Role::Custodian)
+                    .then(|| SocketAddr::new(turmoil::lookup(host.as_str()), PORT));
+                config = config.with_peer(pin.clone(), addr);
+            }
+            let udp = SimUdp::new(
+                socket,
+                ctx.dropper.clone(),
+                ctx.name.clone(),
+                ctx.truth.clone(),
+            );
+            abhyasa_quic::start_with_socket(config, Arc::new(udp), Arc::new(quinn::TokioRuntime))
+                .await
+                .map_err(|e| start_err(&ctx.name, e))
+        }
+        TransportKind::Ws => super::ws::start(ctx, link_config(tick)).await,
+    }
+}
+
+/// Interposes on the incoming queue to count delivered frames by type.
+fn count_frames(t: Transport, truth: Truth) -> Transport {
+    let Transport {
+        handle,
+        mut incoming,
+    } = t;
+    let (tx, rx) = tokio::sync::mpsc::channel(4096);
+    tokio::spawn(async move {
+        while let Some(i) = incoming.recv().await {
+            if let Incoming::Frame { envelope, .. } = &i {
+                let kind = match &envelope.message {
+                    Message::Obligation(o) if is_best_effort(o) => "obligation_best_effort",
+                    Message::Obligation(_) => "obligation",
+                    Message::Acks(_) => "acks",
+                    Message::StatusQuery(_) => "status_query",
+                    Message::StatusReply(_) => "status_reply",
+                    Message::Error(_) => "error",
+                };
+                truth.count_frame(kind, envelope.encode().len());
+            }
+            if tx.send(i).await.is_err() {
+                break;
+            }
+        }
+    });
+    Transport {
+        handle,
+        incoming: rx,
+    }
+}
+
+pub(crate) fn is_best_effort(o: &Obligation) -> bool {
+    matches!(
+        abhyasa_core::polarity::PolarityRegistry::standard()
+            .classify(o)
+            .map(|c| c.admission),
+        Ok(abhyasa_core::polarity::Admission::BestEffort) | Err(_)
+    )
+}
+
+/// Offers the host's planned obligations at their times. After a restart
+/// it skips what the disk shows was already taken (custody opened or
+/// best-effort sent) and offers the rest again: an offer whose commit was
+/// lost in the crash was never accepted.
+async fn offer_workload(ctx: &HostCtx, node: &Node) {
+    for p in ctx.plan.iter() {
+        let id = p.obligation.id();
+        let taken = ctx.truth.with(|t| {
+            t.opened
+                .iter()
+                .any(|(a, o)| a == &ctx.agent && o.id() == id)
+                || t.best_effort
+                    .iter()
+                    .any(|(a, i)| a == &ctx.agent && i == id)
+        });
+        if taken {
+            continue;
+        }
+        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        if p.at > elapsed {
+            tokio::time::sleep(p.at - elapsed).await;
+        }
+        match node.offer(p.obligation.clone()).await {
+            Ok(Offered::Custody { .. } | Offered::BestEffort) => {}
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(host = %ctx.name, %id, error = %e, "offer refused");
+                ctx.truth.with(|t| t.offers_refused += 1);
+            }
+        }
+    }
+}
