@@ -68,3 +68,89 @@ fn same_seed_same_report() {
     let back: RunReport = serde_json::from_str(&json).unwrap();
     assert_eq!(back, a);
 }
+
+#[test]
+fn lossy_wan_delivers_or_reports_with_retries() {
+    let r = run(&short("lossy-wan", 60), 3);
+    assert!(r.overhead.datagrams_dropped > 0, "{r}");
+    assert!(r.attempts_total > r.custody, "retries expected: {r}");
+    assert!(r.outcomes.applied > 0, "{r}");
+}
+
+#[test]
+fn flapping_edge_shows_spurious_escalations_without_violations() {
+    let r = run(&short("flapping-edge", 150), 4);
+    assert!(r.outcomes.escalated > 0, "{r}");
+    // The one-way cut drops acks of what receiver-1 applied: escalated
+    // although applied, and the checker still finds nothing broken.
+    assert!(r.spurious_escalations > 0, "{r}");
+}
+
+#[test]
+fn crash_storm_loses_nothing_and_applies_nothing_twice() {
+    let r = run(&short("crash-storm", 120), 5);
+    assert!(r.crashes >= 10, "{r}");
+    assert_eq!(r.crashes, r.restarts, "{r}");
+    assert!(r.outcomes.applied > 0, "{r}");
+}
+
+#[test]
+fn supersession_race_never_regresses() {
+    let r = run(&short("supersession-race", 150), 6);
+    assert!(r.custody > 0, "{r}");
+    assert!(r.outcomes.applied > 0, "{r}");
+}
+
+// The checker is not vacuous: a receiver whose `applied` ledger record
+// (carrying the effect) is never committed is caught on ground truth.
+#[test]
+fn broken_receiver_ledger_is_caught() {
+    use abhyasa_core::mutations::{with, Mutation};
+    let s = short("clean-lan", 20);
+    let r = with(&[Mutation::LedgerNotCommittedWithEffect], || {
+        run_scenario(&s, 1).unwrap()
+    });
+    assert!(!r.passed(), "{r}");
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.invariant == "effectively-once"),
+        "{:#?}",
+        r.violations
+    );
+    // The same scenario without the defect passes.
+    assert!(run_scenario(&s, 1).unwrap().passed());
+}
+
+#[test]
+fn scenario_errors_name_the_key() {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/clean-lan.toml"),
+    )
+    .unwrap();
+    let bad_loss = base.replace("latency_max = \"5ms\"", "latency_max = \"5ms\"\nloss = 1.5");
+    let e = Scenario::from_toml(&bad_loss).unwrap_err().to_string();
+    assert!(e.contains("link.loss"), "{e}");
+    let typo = base.replace("[receiver]", "[receiver]\napplyy = 1.0");
+    let e = Scenario::from_toml(&typo).unwrap_err().to_string();
+    assert!(e.contains("applyy"), "{e}");
+    let bad_host =
+        format!("{base}\n[[crash]]\nhost = \"receiver-9\"\nat = \"1s\"\ndown_for = \"1s\"\n");
+    let e = Scenario::from_toml(&bad_host).unwrap_err().to_string();
+    assert!(e.contains("crash[0].host"), "{e}");
+    let bad_dur = base.replace("deadline = \"30s\"", "deadline = \"30 parsecs\"");
+    let e = Scenario::from_toml(&bad_dur).unwrap_err().to_string();
+    assert!(e.contains("deadline"), "{e}");
+}
+
+#[test]
+fn partition_duration_override_changes_only_partitions() {
+    let s = scenario("long-partition");
+    let t = s.with_partition_duration(std::time::Duration::from_secs(5));
+    assert_eq!(
+        t.partitions[0].duration.0,
+        std::time::Duration::from_secs(5)
+    );
+    assert_eq!(t.workload, s.workload);
+    assert!(t.run_length() <= s.run_length());
+}
