@@ -229,7 +229,7 @@ impl CheckConfig {
     /// may be completed by applying or declining) and a crash of each side
     /// in the same run. Every default behaviour is also a large one. Run
     /// depth-first: it is exhaustive and complete in minutes, but its
-    /// breadth-first frontier would not fit in memory. Adding a duplication
+    /// breadth-first frontier would need many gigabytes. Adding a duplication
     /// multiplies it by about 4 (tens of minutes); see `tla/README.md`. The
     /// mutation tests search it for their counterexamples.
     pub fn large() -> Self {

@@ -26,7 +26,7 @@ struct Args {
     #[arg(long)]
     max_states: Option<usize>,
     /// Order of exploration: bfs | dfs (default: dfs for `large`, whose
-    /// breadth-first frontier would not fit in memory; bfs otherwise).
+    /// breadth-first frontier would need many gigabytes; bfs otherwise).
     #[arg(long)]
     search: Option<Search>,
     /// Print progress (distinct states, depth) to stderr every N seconds;

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use stateright::report::{ReportData, ReportDiscovery, Reporter};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 use crate::config::CheckConfig;
@@ -74,38 +73,6 @@ impl Default for RunOptions {
             progress: None,
             search: Search::BreadthFirst,
         }
-    }
-}
-
-/// Progress lines on stderr for long runs.
-struct Progress {
-    every: Duration,
-}
-
-impl<M: Model> Reporter<M> for Progress {
-    fn report_checking(&mut self, d: ReportData) {
-        eprintln!(
-            "{} distinct states {}, generated {}, max depth {}, {:.0}s",
-            if d.done { "done:" } else { "progress:" },
-            d.unique_states,
-            d.total_states,
-            d.max_depth,
-            d.duration.as_secs_f64()
-        );
-    }
-
-    fn report_discoveries(
-        &mut self,
-        _: &M,
-        _: std::collections::BTreeMap<&'static str, ReportDiscovery<M>>,
-    ) where
-        M::Action: fmt::Debug + PartialEq,
-        M::State: fmt::Debug + std::hash::Hash + PartialEq,
-    {
-    }
-
-    fn delay(&self) -> Duration {
-        self.every
     }
 }
 
@@ -204,21 +171,41 @@ pub fn check(config: CheckConfig, opts: RunOptions) -> Result<CheckReport, Strin
         builder = builder.target_state_count(n);
     }
     Ok(match opts.search {
-        Search::BreadthFirst => {
-            summarize(wait(builder.spawn_bfs(), &opts), described, start, &opts)
-        }
-        Search::DepthFirst => summarize(wait(builder.spawn_dfs(), &opts), described, start, &opts),
+        Search::BreadthFirst => summarize(
+            wait(builder.spawn_bfs(), &opts, start),
+            described,
+            start,
+            &opts,
+        ),
+        Search::DepthFirst => summarize(
+            wait(builder.spawn_dfs(), &opts, start),
+            described,
+            start,
+            &opts,
+        ),
     })
 }
 
-fn wait<C>(checker: C, opts: &RunOptions) -> C
-where
-    C: Checker<AbhyasaModel> + Send + Sync,
-{
-    match opts.progress {
-        Some(every) => checker.join_and_report(&mut Progress { every }),
-        None => checker.join(),
+/// Waits for the checker, printing a progress line to stderr every
+/// `opts.progress` (polling, so the run ends as soon as the search does).
+fn wait<C: Checker<AbhyasaModel>>(checker: C, opts: &RunOptions, start: Instant) -> C {
+    if let Some(every) = opts.progress.filter(|d| !d.is_zero()) {
+        let mut next = every;
+        while !checker.is_done() {
+            std::thread::sleep(Duration::from_millis(100));
+            if start.elapsed() >= next {
+                next += every;
+                eprintln!(
+                    "progress: distinct states {}, generated {}, max depth {}, {:.0}s",
+                    checker.unique_state_count(),
+                    checker.state_count(),
+                    checker.max_depth(),
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
     }
+    checker.join()
 }
 
 fn summarize<C: Checker<AbhyasaModel>>(

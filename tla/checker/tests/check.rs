@@ -56,9 +56,9 @@ const DEFAULT_STATES: usize = 362_454;
 
 // Depth-first: the same exhaustive exploration with a small memory
 // footprint (the breadth-first frontier of this configuration would need
-// tens of gigabytes). Progress goes to stderr every 30 s (`--nocapture`).
+// many gigabytes). Progress goes to stderr every 30 s (`--nocapture`).
 #[test]
-#[ignore = "minutes in release (depth-first, one core); figures in tla/README.md"]
+#[ignore = "minutes in release (depth-first); figures in tla/README.md"]
 fn large_configuration_holds() {
     let opts = RunOptions {
         search: Search::DepthFirst,
