@@ -11,7 +11,11 @@ pub struct LinkConfig {
     /// prefix. Default [`DEFAULT_MAX_FRAME`] (1 MiB).
     pub max_frame: usize,
     /// Frames queued per connection before [`send`](crate::TransportHandle::send)
-    /// returns [`QueueFull`](crate::SendError::QueueFull). Default 1024.
+    /// returns [`QueueFull`](crate::SendError::QueueFull). Default 65,536:
+    /// one group commit can release tens of thousands of frames at once,
+    /// and a queue shorter than a commit's release turns the overflow into
+    /// custody retries a backoff later (and loses best-effort frames). The
+    /// channel allocates as it fills, so an idle link costs nothing.
     pub send_queue: usize,
     /// Capacity of the incoming channel. When the runtime falls behind,
     /// readers wait and the transport's flow control pushes back on the
@@ -26,7 +30,7 @@ impl Default for LinkConfig {
     fn default() -> Self {
         Self {
             max_frame: DEFAULT_MAX_FRAME,
-            send_queue: 1024,
+            send_queue: 65_536,
             incoming_queue: 4096,
             backoff: Backoff::default(),
         }
