@@ -1,0 +1,363 @@
+//! Custody throughput and latency over loopback QUIC, durable on both ends.
+//!
+//! ```sh
+//! cargo run --release -p abhyasa --example throughput             # redb and sled
+//! cargo run --release -p abhyasa --example throughput -- --store redb --count 100000
+//! ```
+//!
+//! Two nodes in one process (alice the custodian, bob the receiver), each
+//! with its own store in a temporary directory and its own QUIC endpoint
+//! with mutual TLS and pinned keys. For each store it prints:
+//!
+//! - **custody saturation**: `--count` Phala corrective updates (custody
+//!   mode) offered by `--concurrency` concurrent callers; obligations/s is
+//!   `count` over the time from the first offer until alice has been told
+//!   of every application (the custody acks are durable on both sides);
+//! - **best-effort saturation**: the same number of Phala reinforcing
+//!   updates (same kind, same payload size, benign side: sent once, never
+//!   under custody); obligations/s is `count` over the time until bob has
+//!   applied them all. The ratio of the two is the custody overhead;
+//! - **latency at a paced load**: custody obligations offered at `--rate`
+//!   per second for `--seconds`; p50/p99/max from the caller's `offer` to
+//!   alice's `Applied` event (offer commit, QUIC round trip, bob's commit,
+//!   ack, alice's close commit).
+//!
+//! Both nodes share the machine's cores with the benchmark itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use abhyasa::{Node, NodeEvent, NodeOptions};
+use abhyasa_core::custody::CustodianEvent;
+use abhyasa_core::{AgentId, Obligation, ObligationId};
+use abhyasa_quic::{generate_identity, QuicConfig};
+use abhyasa_store::{StoreKind, StoreOptions};
+use clap::Parser;
+use serde_json::json;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Custody throughput and latency over loopback QUIC.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Store: redb, sled or all.
+    #[arg(long, default_value = "all")]
+    store: String,
+    /// Obligations per saturation run.
+    #[arg(long, default_value_t = 50_000)]
+    count: usize,
+    /// Concurrent callers of `offer` at saturation.
+    #[arg(long, default_value_t = 512)]
+    concurrency: usize,
+    /// Offered load of the latency run, obligations/s.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Duration of the latency run, seconds.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// One JSON object per store instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Figures {
+    store: String,
+    count: usize,
+    custody_per_s: f64,
+    best_effort_per_s: f64,
+    custody_overhead: f64,
+    best_effort_applied: u64,
+    latency_rate: u64,
+    latency_offered: usize,
+    latency_achieved_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    commits_alice: u64,
+    mean_commit_records_alice: f64,
+    /// Frames the transport refused (queue full) during the custody run.
+    frames_unsent_alice: u64,
+    /// Custody retries sent during the custody run.
+    retries_alice: u64,
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let stores = match args.store.as_str() {
+        "all" => vec![StoreKind::Redb, StoreKind::Sled],
+        s => vec![s
+            .parse::<StoreKind>()
+            .map_err(|e| format!("--store: {e}"))?],
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    for kind in stores {
+        let f = rt.block_on(bench(kind, &args))?;
+        if args.json {
+            println!("{}", serde_json::to_string(&f)?);
+        } else {
+            print(&f);
+        }
+    }
+    Ok(())
+}
+
+fn print(f: &Figures) {
+    println!(
+        "store {} ({} obligations per saturation run)",
+        f.store, f.count
+    );
+    println!(
+        "  custody mode      {:>10.0} obligations/s",
+        f.custody_per_s
+    );
+    println!(
+        "  best-effort mode  {:>10.0} obligations/s  ({} of {} applied)",
+        f.best_effort_per_s, f.best_effort_applied, f.count
+    );
+    println!("  custody overhead  {:>10.2}x", f.custody_overhead);
+    println!(
+        "  latency at {}/s offered ({} offers, {:.0}/s achieved): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        f.latency_rate, f.latency_offered, f.latency_achieved_per_s, f.p50_ms, f.p99_ms, f.max_ms
+    );
+    println!(
+        "  alice (custody run): {} commits, {:.1} records per commit, {} retries, {} frames refused by a full send queue",
+        f.commits_alice, f.mean_commit_records_alice, f.retries_alice, f.frames_unsent_alice
+    );
+}
+
+struct Pair {
+    alice: Node,
+    bob: Node,
+    bob_id: AgentId,
+    _dir: tempfile::TempDir,
+}
+
+async fn pair(kind: StoreKind) -> Result<Pair, BoxError> {
+    let dir = tempfile::tempdir()?;
+    let (a_id, b_id) = (AgentId::new("alice")?, AgentId::new("bob")?);
+    let (a_ident, b_ident) = (generate_identity(&a_id)?, generate_identity(&b_id)?);
+    let open = |name: &str| {
+        let path = dir.path().join(format!("{name}.{}", kind.as_str()));
+        kind.open(path, &StoreOptions::default())
+    };
+    let b_cfg = QuicConfig::new(b_id.clone(), b_ident.clone(), "127.0.0.1:0".parse()?)
+        .with_peer(a_ident.pin(a_id.clone()), None);
+    let b_transport = abhyasa_quic::start(b_cfg).await?;
+    let b_addr = b_transport
+        .handle
+        .local_addr()
+        .ok_or("bob has no address")?;
+    let bob = Node::open(NodeOptions::new(b_id.clone()), open("bob")?, b_transport).await?;
+    let a_cfg = QuicConfig::new(a_id.clone(), a_ident, "127.0.0.1:0".parse()?)
+        .with_peer(b_ident.pin(b_id.clone()), Some(b_addr));
+    let alice = Node::open(
+        NodeOptions::new(a_id),
+        open("alice")?,
+        abhyasa_quic::start(a_cfg).await?,
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !alice.is_connected(&b_id) {
+        if Instant::now() > deadline {
+            return Err("the QUIC link did not come up within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(Pair {
+        alice,
+        bob,
+        bob_id: b_id,
+        _dir: dir,
+    })
+}
+
+/// A Phala update on its own key: corrective (custody) when `delta < 0`,
+/// reinforcing (best-effort) otherwise. Same size either way.
+fn update(p: &Pair, id: String, delta: f64) -> Result<Obligation, BoxError> {
+    let key = format!("k.{id}");
+    Ok(Obligation::builder()
+        .id(id)
+        .kind("phala.belief_update")
+        .target(p.bob_id.as_str())
+        .payload(json!({"weight_delta": delta, "weight_key": key}))
+        .deadline_seconds(600)
+        .max_retries(64)
+        .created_at(p.alice.now())
+        .build()?)
+}
+
+/// Offers `count` obligations from `concurrency` callers; returns when
+/// every offer has been accepted.
+async fn offer_all(
+    p: &Arc<Pair>,
+    prefix: &'static str,
+    count: usize,
+    concurrency: usize,
+    delta: f64,
+) -> Result<(), BoxError> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (p, next) = (p.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return Ok::<(), BoxError>(());
+                }
+                let ob = update(&p, format!("{prefix}-{i}"), delta)?;
+                p.alice.offer(ob).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+async fn wait_until(
+    what: &str,
+    mut done: impl AsyncFnMut() -> Result<bool, BoxError>,
+) -> Result<(), BoxError> {
+    let limit = Instant::now() + Duration::from_secs(300);
+    while !done().await? {
+        if Instant::now() > limit {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+async fn bench(kind: StoreKind, args: &Args) -> Result<Figures, BoxError> {
+    let n = args.count;
+
+    // Custody saturation.
+    let p = Arc::new(pair(kind).await?);
+    let base = p.alice.metrics().await?.applied;
+    let t0 = Instant::now();
+    offer_all(&p, "cu", n, args.concurrency, -0.1).await?;
+    let target = base + n as u64;
+    wait_until("custody applications", async || {
+        Ok(p.alice.metrics().await?.applied >= target)
+    })
+    .await?;
+    let custody_s = t0.elapsed().as_secs_f64();
+    let m = p.alice.metrics().await?;
+    let (commits_alice, records) = (m.commits, m.commit_batch_records.sum);
+    let frames_unsent_alice = m.frames_unsent;
+    let retries_alice = m.attempts_sent.saturating_sub(m.opened);
+    shutdown(p).await?;
+
+    // Best-effort saturation, on a fresh pair.
+    let p = Arc::new(pair(kind).await?);
+    let base = p.bob.metrics().await?.receiver_applied;
+    let t0 = Instant::now();
+    offer_all(&p, "be", n, args.concurrency, 0.1).await?;
+    let target = base + n as u64;
+    // Best-effort is fire-and-forget: stop waiting once bob stops moving.
+    let mut last = (0, Instant::now());
+    wait_until("best-effort applications", async || {
+        let got = p.bob.metrics().await?.receiver_applied;
+        if got != last.0 {
+            last = (got, Instant::now());
+        }
+        Ok(got >= target || last.1.elapsed() > Duration::from_secs(5))
+    })
+    .await?;
+    let be_applied = p.bob.metrics().await?.receiver_applied - base;
+    let be_s = last.1.duration_since(t0).as_secs_f64().max(1e-9);
+    shutdown(p).await?;
+
+    // Latency at a paced load, on a fresh pair.
+    let p = Arc::new(pair(kind).await?);
+    let total = usize::try_from(args.rate * args.seconds)?;
+    let started: Arc<Mutex<HashMap<ObligationId, Instant>>> = Arc::default();
+    let mut events = p.alice.subscribe();
+    let collector = {
+        let started = started.clone();
+        tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(total);
+            while lat.len() < total {
+                match events.recv().await {
+                    Ok(NodeEvent::Custodian(CustodianEvent::Applied { obligation_id, .. })) => {
+                        let t = started
+                            .lock()
+                            .map_err(|_| "poisoned")?
+                            .remove(&obligation_id);
+                        if let Some(t) = t {
+                            lat.push(t.elapsed());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err::<Vec<Duration>, BoxError>(format!("events: {e}").into()),
+                }
+            }
+            Ok(lat)
+        })
+    };
+    let per_tick = (args.rate / 1000).max(1);
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * per_tick / args.rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let t0 = Instant::now();
+    let mut offers = Vec::with_capacity(total);
+    let mut i = 0;
+    while i < total {
+        tick.tick().await;
+        for _ in 0..per_tick {
+            if i == total {
+                break;
+            }
+            let ob = update(&p, format!("lat-{i}"), -0.1)?;
+            started
+                .lock()
+                .map_err(|_| "poisoned")?
+                .insert(ob.id().clone(), Instant::now());
+            let p = p.clone();
+            offers.push(tokio::spawn(async move { p.alice.offer(ob).await }));
+            i += 1;
+        }
+    }
+    let offered_s = t0.elapsed().as_secs_f64();
+    for o in offers {
+        o.await??;
+    }
+    let mut lat = tokio::time::timeout(Duration::from_secs(300), collector).await???;
+    lat.sort();
+    let pct = |q: f64| {
+        let at = ((lat.len() as f64 * q).ceil() as usize).clamp(1, lat.len()) - 1;
+        lat[at].as_secs_f64() * 1e3
+    };
+    let figures = Figures {
+        store: kind.as_str().to_string(),
+        count: n,
+        custody_per_s: n as f64 / custody_s,
+        best_effort_per_s: be_applied as f64 / be_s,
+        custody_overhead: (be_applied as f64 / be_s) / (n as f64 / custody_s),
+        best_effort_applied: be_applied,
+        latency_rate: args.rate,
+        latency_offered: total,
+        latency_achieved_per_s: total as f64 / offered_s,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        max_ms: pct(1.0),
+        commits_alice,
+        mean_commit_records_alice: records as f64 / commits_alice.max(1) as f64,
+        frames_unsent_alice,
+        retries_alice,
+    };
+    shutdown(p).await?;
+    Ok(figures)
+}
+
+async fn shutdown(p: Arc<Pair>) -> Result<(), BoxError> {
+    p.alice.shutdown().await?;
+    p.bob.shutdown().await?;
+    Ok(())
+}
