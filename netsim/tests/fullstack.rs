@@ -122,6 +122,29 @@ fn broken_receiver_ledger_is_caught() {
     assert!(run_scenario(&s, 1).unwrap().passed());
 }
 
+// The same scenarios over WebSocket on turmoil TCP (C-TR-1 under faults).
+#[test]
+fn websocket_over_turmoil_tcp_delivers_or_reports() {
+    use abhyasa_netsim::fullstack::TransportKind;
+    let mut lan = short("clean-lan", 40);
+    lan.transport = TransportKind::Ws;
+    let r = run(&lan, 8);
+    assert_eq!(r.transport, "ws");
+    assert_eq!(r.outcomes.applied, r.custody, "{r}");
+    assert_eq!(r.overhead.datagrams_sent, 0, "{r}");
+
+    let mut part = short("long-partition", 80);
+    part.transport = TransportKind::Ws;
+    let r = run(&part, 8);
+    assert!(r.outcomes.escalated > 0 && r.outcomes.applied > 0, "{r}");
+
+    let mut crash = short("crash-storm", 80);
+    crash.transport = TransportKind::Ws;
+    crash.link.loss = 0.0;
+    let r = run(&crash, 8);
+    assert!(r.crashes > 0, "{r}");
+}
+
 #[test]
 fn scenario_errors_name_the_key() {
     let base = std::fs::read_to_string(

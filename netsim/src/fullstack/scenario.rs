@@ -68,7 +68,8 @@ pub enum TransportKind {
     /// QUIC (quinn) over turmoil UDP through the seeded dropper.
     #[default]
     Quic,
-    /// WebSocket over turmoil TCP.
+    /// WebSocket (tokio-tungstenite) over turmoil TCP; partitions hold
+    /// the link both ways (TCP buffers across an outage).
     Ws,
 }
 
@@ -519,6 +520,14 @@ impl Scenario {
                         ),
                     ));
                 }
+            }
+            if self.transport == TransportKind::Ws && p.direction != Direction::Both {
+                return Err(invalid(
+                    format!("partition[{i}].direction"),
+                    "WebSocket runs over turmoil TCP, whose partitions hold the link both \
+                     ways (a one-way cut would drop bytes from a reliable stream); use \
+                     direction = \"both\" or transport = \"quic\"",
+                ));
             }
             if p.duration.0.is_zero() {
                 return Err(invalid(format!("partition[{i}].duration"), "must be > 0"));

@@ -32,7 +32,7 @@ pub use config::{
     WsConfig, WsPeer, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE,
 };
 pub use hello::HelloError;
-pub use transport::{start, StartError};
+pub use transport::{start, start_with_io, BoxedIo, IoFuture, IoStream, StartError, StreamIo};
 
 #[cfg(test)]
 mod tests;

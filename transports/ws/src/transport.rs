@@ -2,7 +2,9 @@
 //! hello and then carries one frame per binary message; dial loops for
 //! peers with a URL.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +69,28 @@ pub(crate) struct Ctx {
     pub(crate) config: WsConfig,
     pub(crate) pins: Arc<PinSet>,
     registry: Registry,
+    io: Option<Arc<dyn StreamIo>>,
+}
+
+/// A byte stream a WebSocket can run over.
+pub trait IoStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> IoStream for T {}
+
+/// A boxed [`IoStream`].
+pub type BoxedIo = Box<dyn IoStream>;
+
+/// A future of a stream [`StreamIo`] opened or accepted.
+pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = std::io::Result<T>> + Send + 'a>>;
+
+/// Where the transport's byte streams come from instead of real TCP: for a
+/// simulated network (netsim runs the transport over turmoil TCP). See
+/// [`start_with_io`].
+pub trait StreamIo: Send + Sync + 'static {
+    /// The next inbound stream and its remote address (called only when
+    /// the configuration has a `listen` address).
+    fn accept(&self) -> IoFuture<'_, (BoxedIo, SocketAddr)>;
+    /// Opens a stream to `host:port` (from a peer's `ws://` URL).
+    fn connect(&self, host: String, port: u16) -> IoFuture<'_, BoxedIo>;
 }
 
 pub(crate) fn ws_config(max_frame: usize) -> WebSocketConfig {
@@ -79,6 +103,24 @@ pub(crate) fn ws_config(max_frame: usize) -> WebSocketConfig {
 /// Starts the WebSocket transport: listens on `config.listen` (if any) and
 /// dials every peer that has a URL. Must be called within a tokio runtime.
 pub async fn start(config: WsConfig) -> Result<Transport, StartError> {
+    start_inner(config, None).await
+}
+
+/// Starts the WebSocket transport over streams from `io` instead of real
+/// TCP: accepts from `io` when `config.listen` is set (the address is then
+/// only reported), dials peers' URLs through `io`. Otherwise the same as
+/// [`start`].
+pub async fn start_with_io(
+    config: WsConfig,
+    io: Arc<dyn StreamIo>,
+) -> Result<Transport, StartError> {
+    start_inner(config, Some(io)).await
+}
+
+async fn start_inner(
+    config: WsConfig,
+    io: Option<Arc<dyn StreamIo>>,
+) -> Result<Transport, StartError> {
     if config.keep_alive >= config.idle_timeout {
         return Err(StartError::Timeouts(format!(
             "keep_alive ({:?}) must be below idle_timeout ({:?})",
@@ -101,10 +143,11 @@ pub async fn start(config: WsConfig) -> Result<Transport, StartError> {
             })?;
         }
     }
-    let listener = match config.listen {
-        Some(addr) => Some(bind(addr).map_err(|source| StartError::Bind { addr, source })?),
-        None => None,
+    let listener = match (config.listen, &io) {
+        (Some(addr), None) => Some(bind(addr).map_err(|source| StartError::Bind { addr, source })?),
+        _ => None,
     };
+    let listen_io = config.listen.zip(io.clone());
     let (registry, transport) = Registry::new(config.agent.clone(), config.link.clone());
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
@@ -113,7 +156,12 @@ pub async fn start(config: WsConfig) -> Result<Transport, StartError> {
         config,
         pins,
         registry: registry.clone(),
+        io,
     });
+    if let Some((addr, io)) = listen_io {
+        registry.set_local_addr(addr);
+        registry.spawn(accept_loop_io(ctx.clone(), io));
+    }
     if let Some(listener) = listener {
         if let Ok(addr) = listener.local_addr() {
             registry.set_local_addr(addr);
@@ -157,11 +205,13 @@ async fn accept_loop(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
     let token = ctx.registry.shutdown_token();
     loop {
         let accepted = tokio::select! {
+            biased;
             _ = token.cancelled() => break,
             a = listener.accept() => a,
         };
         match accepted {
             Ok((tcp, remote)) => {
+                let _ = tcp.set_nodelay(true);
                 let ctx2 = ctx.clone();
                 ctx.registry.spawn(async move {
                     if let Err(e) = accept(&ctx2, tcp).await {
@@ -179,8 +229,33 @@ async fn accept_loop(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
     }
 }
 
-async fn accept(ctx: &Ctx, tcp: tokio::net::TcpStream) -> Result<(), DialError> {
-    let _ = tcp.set_nodelay(true);
+async fn accept_loop_io(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
+    let token = ctx.registry.shutdown_token();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = token.cancelled() => break,
+            a = io.accept() => a,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                let ctx2 = ctx.clone();
+                ctx.registry.spawn(async move {
+                    if let Err(e) = accept(&ctx2, stream).await {
+                        ctx2.registry.count_refused();
+                        tracing::warn!(%remote, error = %e, "refused inbound WebSocket connection");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn accept<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, tcp: S) -> Result<(), DialError> {
     let cfg = ws_config(ctx.config.link.max_frame);
     let handshake = async {
         let mut ws = tokio_tungstenite::accept_async_with_config(tcp, Some(cfg))
@@ -202,6 +277,9 @@ async fn accept(ctx: &Ctx, tcp: tokio::net::TcpStream) -> Result<(), DialError> 
 }
 
 async fn dial(ctx: Arc<Ctx>, peer: AgentId, url: String) -> Result<(), DialError> {
+    if let Some(io) = ctx.io.clone() {
+        return dial_io(&ctx, io, peer, url).await;
+    }
     let cfg = ws_config(ctx.config.link.max_frame);
     let handshake = async {
         let (mut ws, _response) =
@@ -221,6 +299,37 @@ async fn dial(ctx: Arc<Ctx>, peer: AgentId, url: String) -> Result<(), DialError
         .map_err(|_| DialError::new(format!("no handshake with {url} within the timeout")))??;
     tracing::info!(%peer, %url, "dialled WebSocket connection");
     run(&ctx, ws, peer).await
+}
+
+async fn dial_io(
+    ctx: &Ctx,
+    io: Arc<dyn StreamIo>,
+    peer: AgentId,
+    url: String,
+) -> Result<(), DialError> {
+    let cfg = ws_config(ctx.config.link.max_frame);
+    let request = url.as_str().into_client_request().map_err(DialError::new)?;
+    let host = request.uri().host().unwrap_or_default().to_string();
+    let port = request.uri().port_u16().unwrap_or(80);
+    let handshake = async {
+        let stream = io.connect(host, port).await.map_err(DialError::new)?;
+        let (mut ws, _response) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(cfg))
+                .await
+                .map_err(DialError::new)?;
+        match client_hello(&ctx.config, &ctx.pins, &peer, &mut ws).await {
+            Ok(()) => Ok(ws),
+            Err(e) => {
+                refuse(&mut ws).await;
+                Err(DialError::new(e))
+            }
+        }
+    };
+    let ws = tokio::time::timeout(ctx.config.handshake_timeout, handshake)
+        .await
+        .map_err(|_| DialError::new(format!("no handshake with {url} within the timeout")))??;
+    tracing::info!(%peer, %url, "dialled WebSocket connection");
+    run(ctx, ws, peer).await
 }
 
 /// Ends a connection whose hello failed; the reason stays in our log.
@@ -319,7 +428,10 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     } = link;
     let (mut sink, mut stream) = ws.split();
     let token = ctx.registry.shutdown_token();
+    // Biased (as the other selects here): a fixed poll order keeps runs
+    // under a seeded simulated runtime reproducible; no branch can starve.
     let why = tokio::select! {
+        biased;
         _ = token.cancelled() => "shutdown".to_string(),
         r = read_frames(&mut stream, inbound, ctx.config.idle_timeout) => r,
         w = write_frames(&mut sink, outbound, ctx.config.keep_alive) => w,
@@ -379,6 +491,7 @@ async fn write_frames<S: AsyncRead + AsyncWrite + Unpin>(
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let result = tokio::select! {
+            biased;
             frame = outbound.recv() => {
                 let Some(frame) = frame else { return "send queue closed".into() };
                 write_batch(sink, frame, &mut outbound).await
