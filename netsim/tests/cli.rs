@@ -228,25 +228,76 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn run_prints_the_report_and_writes_report_json() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/clean-lan.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = sim(&[
+        "run",
+        scenario,
+        "--seed",
+        "3",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(printed, written);
+    assert_eq!(printed["scenario"], "clean-lan");
+    assert_eq!(printed["seed"], 3);
+    assert_eq!(printed["violation_count"], 0);
+    let table = sim(&["run", scenario, "--seed", "3"]);
+    assert_eq!(table.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&table.stdout).contains("violations 0"));
+    let quiet = sim(&["run", scenario, "--seed", "3", "--quiet"]);
+    assert_eq!(quiet.status.code(), Some(0));
+    assert!(quiet.stdout.is_empty());
+}
+
+#[test]
+fn run_input_errors_exit_2_naming_the_problem() {
+    let o = sim(&["run", "/nonexistent/lossy-wan.toml", "--seed", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot read"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/clean-lan.toml"
+    ))
+    .unwrap()
+    .replace("receivers = 1", "receivers = 0");
+    std::fs::write(&bad, text).unwrap();
+    let o = sim(&["run", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("hosts.receivers"));
+}
+
+#[test]
 fn full_stack_commands_say_they_need_the_node_runtime() {
-    for args in [
-        vec!["run", "lossy-wan.toml", "--seed", "1"],
-        vec![
-            "study",
-            "partition-duration",
-            "long-partition.toml",
-            "--from",
-            "0s",
-            "--to",
-            "2h",
-            "--steps",
-            "5",
-            "--seeds",
-            "3",
-            "--out",
-            "study",
-        ],
-    ] {
+    for args in [vec![
+        "study",
+        "partition-duration",
+        "long-partition.toml",
+        "--from",
+        "0s",
+        "--to",
+        "2h",
+        "--steps",
+        "5",
+        "--seeds",
+        "3",
+        "--out",
+        "study",
+    ]] {
         let o = sim(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);

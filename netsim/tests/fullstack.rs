@@ -69,6 +69,34 @@ fn same_seed_same_report() {
     assert_eq!(back, a);
 }
 
+// C-DOR-3 across processes: the binary prints the same JSON twice, also
+// for scenarios with reconnects after partitions and crashes (new QUIC
+// connections, new TLS handshakes).
+#[test]
+fn same_seed_same_report_across_processes() {
+    for name in ["long-partition", "crash-storm"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("scenarios")
+            .join(format!("{name}.toml"));
+        let run = || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_abhyasa-sim"))
+                .args(["run", "--seed", "11", "--json"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        let (a, b) = (run(), run());
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "{name}: reports differ between two processes");
+    }
+}
+
 #[test]
 fn lossy_wan_delivers_or_reports_with_retries() {
     let r = run(&short("lossy-wan", 60), 3);

@@ -77,14 +77,16 @@ pub(crate) fn start_err(host: &str, what: impl std::fmt::Display) -> HostError {
     }
 }
 
-/// Link knobs for the simulation. The reconnect backoff is at most one
-/// tick, so its (process-randomly seeded) jitter never shows: the redial
-/// lands on the next tick whatever was drawn, and runs stay deterministic.
-fn link_config(tick: Duration) -> LinkConfig {
+/// Link knobs for the simulation. The reconnect delay is drawn in
+/// `[max/2, max]` with a per-process random seed (`abhyasa_transport`);
+/// with `max` = 1 ms every draw lands on the same millisecond tick of
+/// tokio's timer wheel, so redials happen at the same simulated instant
+/// on every run.
+fn link_config() -> LinkConfig {
     LinkConfig {
         backoff: abhyasa_transport::Backoff {
-            initial: tick,
-            max: tick,
+            initial: Duration::from_millis(1),
+            max: Duration::from_millis(1),
         },
         ..LinkConfig::default()
     }
@@ -151,7 +153,6 @@ fn host_index(name: &str) -> u64 {
 }
 
 async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, HostError> {
-    let tick = ctx.scenario.tick.0;
     match ctx.scenario.transport {
         TransportKind::Quic => {
             let socket = turmoil::net::UdpSocket::bind(("0.0.0.0", PORT))
@@ -159,7 +160,7 @@ async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, H
                 .map_err(|e| start_err(&ctx.name, format!("bind udp: {e}")))?;
             let listen = socket.local_addr().map_err(|e| start_err(&ctx.name, e))?;
             let mut config = QuicConfig::new(ctx.agent.clone(), ctx.identity.clone(), listen);
-            config.link = link_config(tick);
+            config.link = link_config();
             config.idle_timeout = Duration::from_secs(10);
             config.keep_alive = Duration::from_secs(2);
             config.connect_timeout = Duration::from_secs(3);
@@ -189,7 +190,7 @@ async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, H
                 .await
                 .map_err(|e| start_err(&ctx.name, e))
         }
-        TransportKind::Ws => super::ws::start(ctx, link_config(tick)).await,
+        TransportKind::Ws => super::ws::start(ctx, link_config()).await,
     }
 }
 
