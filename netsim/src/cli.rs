@@ -40,14 +40,15 @@ pub enum Command {
     /// Abstract sweep: N independent custody transfers over seeded lossy
     /// channels, every invariant checked on every transfer.
     Sweep(SweepArgs),
-    /// Combine the --json outputs of every shard of a sweep into exactly
-    /// the one-machine result.
+    /// Combine the --json outputs of every shard of a sweep (or the output
+    /// directories of every shard of a study) into exactly the one-machine
+    /// result.
     Merge(MergeArgs),
     /// Full-stack scenario under turmoil: the real node runtime and
     /// transports on simulated hosts, invariants checked on ground truth.
     Run(RunArgs),
-    /// Parameter studies over scenarios (not yet available: needs the node
-    /// runtime, issue 4).
+    /// Parameter studies over full-stack scenarios: study.csv, summary.csv
+    /// and study.svg.
     Study(StudyArgs),
 }
 
@@ -127,12 +128,17 @@ pub struct SweepArgs {
 /// `abhyasa-sim merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The --json output of every shard (any order).
+    /// The --json output of every shard of a sweep, or the output
+    /// directory (or study.csv) of every shard of a study (any order).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Studies: directory to write the merged study.csv, study.json,
+    /// summary.csv and study.svg into.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `abhyasa-sim run` (designed; needs the node runtime).
@@ -153,6 +159,11 @@ pub struct RunArgs {
     /// Print nothing but violations (and the JSON with --json).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Make every partition of the scenario last this long (0s: no
+    /// partition), as the partition-duration study does; replays a study
+    /// run.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub partition_duration: Option<Duration>,
 }
 
 /// `abhyasa-sim study`.
@@ -183,12 +194,20 @@ pub struct PartitionDurationArgs {
     /// Longest partition.
     #[arg(long, value_parser = parse_duration, default_value = "2h")]
     pub to: Duration,
-    /// Partition lengths between --from and --to (inclusive).
+    /// Partition lengths: K points evenly spaced from --from to --to, both
+    /// included (K = 1: --from alone).
     #[arg(long, default_value_t = 25)]
     pub steps: u32,
-    /// Seeds per partition length.
+    /// Seeds per partition length: seed index j runs seed --seed + j.
     #[arg(long, default_value_t = 20)]
     pub seeds: u32,
+    /// Base seed (seed of seed index 0).
+    #[arg(long, short = 's', default_value_t = crate::reference::REFERENCE_SEED)]
+    pub seed: u64,
+    /// Worker threads [default: one per core]; the result does not depend
+    /// on it.
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
     /// Output directory.
     #[arg(long)]
     pub out: PathBuf,
@@ -260,12 +279,7 @@ where
         Command::Run(a) => run(a),
         Command::Study(StudyArgs {
             study: Study::PartitionDuration(a),
-        }) => {
-            if a.from > a.to {
-                return usage("--from must not be longer than --to");
-            }
-            not_yet("study partition-duration")
-        }
+        }) => study_partition_duration(a),
     }
 }
 
@@ -284,6 +298,10 @@ fn run(a: RunArgs) -> ExitCode {
     let scenario = match Scenario::from_file(&a.scenario) {
         Ok(s) => s,
         Err(e) => return usage(e),
+    };
+    let scenario = match a.partition_duration {
+        Some(d) => crate::study::scenario_with_partition(&scenario, d),
+        None => scenario,
     };
     let report = match run_scenario(&scenario, a.seed) {
         Ok(r) => r,
@@ -312,7 +330,14 @@ fn run(a: RunArgs) -> ExitCode {
     if report.passed() {
         return ExitCode::SUCCESS;
     }
-    let replay = run_replay_command(&a.scenario, a.seed);
+    let mut replay = run_replay_command(&a.scenario, a.seed);
+    if let Some(d) = a.partition_duration {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        replay = format!(
+            "{replay} --partition-duration {}",
+            crate::study::format_ms(ms)
+        );
+    }
     eprintln!(
         "INVARIANT VIOLATED: {} violation(s) in scenario {}, seed {}",
         report.violation_count, report.scenario, report.seed
@@ -325,13 +350,6 @@ fn run(a: RunArgs) -> ExitCode {
     }
     eprintln!("  replay: {replay}");
     ExitCode::from(EXIT_VIOLATION)
-}
-
-fn not_yet(what: &str) -> ExitCode {
-    usage(format_args!(
-        "abhyasa-sim {what} is not yet available: needs the node runtime (issue 4). \
-         The abstract sweep (`abhyasa-sim sweep`) runs today; see netsim/README.md"
-    ))
 }
 
 /// The plan `args` describe.
@@ -422,10 +440,93 @@ fn sweep(a: SweepArgs) -> ExitCode {
 }
 
 fn merge(a: MergeArgs) -> ExitCode {
+    if a.files.iter().any(|f| crate::study::is_study_input(f)) {
+        return merge_study(a);
+    }
+    if a.out.is_some() {
+        return usage("--out is for merging studies; sweeps merge to stdout");
+    }
     match merge_files(&a.files) {
         Ok(s) => report(&s, a.json),
         Err(e) => usage(e),
     }
+}
+
+fn study_partition_duration(a: PartitionDurationArgs) -> ExitCode {
+    use crate::study::PartitionDurationStudy;
+    let scenario = match crate::fullstack::Scenario::from_file(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
+    };
+    let study = PartitionDurationStudy {
+        scenario,
+        scenario_file: a.scenario.display().to_string(),
+        from: a.from,
+        to: a.to,
+        steps: a.steps,
+        seeds: a.seeds,
+        base_seed: a.seed,
+        shard: a.shard,
+        threads: a.threads.unwrap_or_else(default_threads).max(1),
+    };
+    // Checks the grid and the scenario at every length before running.
+    if let Err(e) = study.identity() {
+        return usage(e);
+    }
+    let bar = study_progress_bar(a.quiet);
+    let result = study.run(bar.as_ref());
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    match result {
+        Ok(r) => finish_study(&r, &a.out, a.quiet),
+        Err(e) => usage(e),
+    }
+}
+
+fn study_progress_bar(quiet: bool) -> Option<ProgressBar> {
+    if quiet {
+        return None;
+    }
+    // Draws to stderr, and only when stderr is a terminal.
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} {elapsed_precise} [{wide_bar}] {pos}/{len} runs (eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    Some(bar)
+}
+
+fn merge_study(a: MergeArgs) -> ExitCode {
+    let Some(out) = &a.out else {
+        return usage("merging a study needs --out DIR for the merged study.csv and plot");
+    };
+    match crate::study::merge_study(&a.files) {
+        Ok(r) => finish_study(&r, out, false),
+        Err(e) => usage(e),
+    }
+}
+
+/// Writes a study's files, prints its table (unless quiet) and, if a run
+/// broke an invariant, the replay report; returns the exit status.
+fn finish_study(r: &crate::study::StudyResult, out: &std::path::Path, quiet: bool) -> ExitCode {
+    let files = match r.write(out) {
+        Ok(f) => f,
+        Err(e) => return usage(e),
+    };
+    if !quiet {
+        let mut o = std::io::stdout().lock();
+        let _ = write!(o, "{}", r.table());
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        let _ = writeln!(o, "wrote {}", names.join(", "));
+        let _ = o.flush();
+    }
+    if r.violating().next().is_some() {
+        eprint!("{}", r.violation_report());
+        return ExitCode::from(EXIT_VIOLATION);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Prints a summary (JSON or table) to stdout and, if it has violations,

@@ -18,9 +18,9 @@
 //!
 //! Runs are seeded and replayable (a violation prints the seed, the
 //! failing transfer and the command that replays it) and shardable
-//! ([`shard::Shard`], [`merge`]). The full-stack scenarios (`abhyasa-sim
-//! run`) and studies (`abhyasa-sim study`) need the node runtime and are
-//! not available yet; their command lines are in place ([`cli`]).
+//! ([`shard::Shard`], [`merge`]). Full-stack scenarios run the node
+//! runtime under turmoil ([`fullstack`], `abhyasa-sim run`); studies sweep
+//! a scenario parameter over them ([`study`], `abhyasa-sim study`).
 #![forbid(unsafe_code)]
 
 pub mod check;
@@ -31,6 +31,7 @@ pub mod pyrandom;
 pub mod reference;
 pub mod settings;
 pub mod shard;
+pub mod study;
 pub mod summary;
 pub mod sweep;
 

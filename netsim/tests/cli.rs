@@ -282,8 +282,8 @@ fn run_input_errors_exit_2_naming_the_problem() {
 }
 
 #[test]
-fn full_stack_commands_say_they_need_the_node_runtime() {
-    for args in [vec![
+fn study_refuses_a_missing_scenario_file() {
+    let args = [
         "study",
         "partition-duration",
         "long-partition.toml",
@@ -297,14 +297,10 @@ fn full_stack_commands_say_they_need_the_node_runtime() {
         "3",
         "--out",
         "study",
-    ]] {
-        let o = sim(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(
-            err.contains("not yet available: needs the node runtime (issue 4)"),
-            "{err}"
-        );
-        assert!(o.stdout.is_empty());
-    }
+    ];
+    let o = sim(&args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("long-partition.toml"), "{err}");
+    assert!(o.stdout.is_empty());
 }
