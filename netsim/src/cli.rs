@@ -440,8 +440,18 @@ fn sweep(a: SweepArgs) -> ExitCode {
 }
 
 fn merge(a: MergeArgs) -> ExitCode {
-    if a.files.iter().any(|f| crate::study::is_study_input(f)) {
+    let studies = a
+        .files
+        .iter()
+        .filter(|f| crate::study::is_study_input(f))
+        .count();
+    if studies == a.files.len() {
         return merge_study(a);
+    }
+    if studies > 0 {
+        return usage(
+            "give either sweep --json files or study output directories (or their study.csv), not both",
+        );
     }
     if a.out.is_some() {
         return usage("--out is for merging studies; sweeps merge to stdout");

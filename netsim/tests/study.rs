@@ -262,6 +262,17 @@ fn cli_study_shards_and_merge() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("missing shards: 1/2"));
+    // Sweep JSON and study outputs do not mix.
+    std::fs::write(d("sweep.json"), "{}").unwrap();
+    let o = Command::new(BIN)
+        .args(["merge", "--out"])
+        .arg(d("m3"))
+        .arg(d("s0"))
+        .arg(d("sweep.json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not both"));
 
     // The replay form of a study run: `run --partition-duration`.
     let o = status(&[
