@@ -281,24 +281,13 @@ async fn dial(ctx: Arc<Ctx>, peer: AgentId, url: String) -> Result<(), DialError
         return dial_io(&ctx, io, peer, url).await;
     }
     let cfg = ws_config(ctx.config.link.max_frame);
-    let handshake = async {
-        let (mut ws, _response) =
-            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(cfg), true)
-                .await
-                .map_err(DialError::new)?;
-        match client_hello(&ctx.config, &ctx.pins, &peer, &mut ws).await {
-            Ok(()) => Ok(ws),
-            Err(e) => {
-                refuse(&mut ws).await;
-                Err(DialError::new(e))
-            }
-        }
+    let open = async {
+        tokio_tungstenite::connect_async_with_config(url.as_str(), Some(cfg), true)
+            .await
+            .map(|(ws, _response)| ws)
+            .map_err(DialError::new)
     };
-    let ws = tokio::time::timeout(ctx.config.handshake_timeout, handshake)
-        .await
-        .map_err(|_| DialError::new(format!("no handshake with {url} within the timeout")))??;
-    tracing::info!(%peer, %url, "dialled WebSocket connection");
-    run(&ctx, ws, peer).await
+    hello_and_run(&ctx, peer, &url, open).await
 }
 
 async fn dial_io(
@@ -311,12 +300,27 @@ async fn dial_io(
     let request = url.as_str().into_client_request().map_err(DialError::new)?;
     let host = request.uri().host().unwrap_or_default().to_string();
     let port = request.uri().port_u16().unwrap_or(80);
-    let handshake = async {
+    let open = async {
         let stream = io.connect(host, port).await.map_err(DialError::new)?;
-        let (mut ws, _response) =
-            tokio_tungstenite::client_async_with_config(request, stream, Some(cfg))
-                .await
-                .map_err(DialError::new)?;
+        tokio_tungstenite::client_async_with_config(request, stream, Some(cfg))
+            .await
+            .map(|(ws, _response)| ws)
+            .map_err(DialError::new)
+    };
+    hello_and_run(ctx, peer, &url, open).await
+}
+
+/// Opens the WebSocket with `open`, runs the client hello against the
+/// pinned `peer` (refusing the connection if it fails), all within the
+/// handshake timeout, then serves the connection.
+async fn hello_and_run<S: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &Ctx,
+    peer: AgentId,
+    url: &str,
+    open: impl std::future::Future<Output = Result<WebSocketStream<S>, DialError>>,
+) -> Result<(), DialError> {
+    let handshake = async {
+        let mut ws = open.await?;
         match client_hello(&ctx.config, &ctx.pins, &peer, &mut ws).await {
             Ok(()) => Ok(ws),
             Err(e) => {
