@@ -300,7 +300,7 @@ fn run(a: RunArgs) -> ExitCode {
         Err(e) => return usage(e),
     };
     let scenario = match a.partition_duration {
-        Some(d) => crate::study::scenario_with_partition(&scenario, d),
+        Some(d) => scenario.with_partition_duration(d),
         None => scenario,
     };
     let report = match run_scenario(&scenario, a.seed) {

@@ -420,8 +420,13 @@ impl Scenario {
 
     /// The same scenario with every partition lasting `d` (for the
     /// partition-duration study). A flapping partition keeps its cycle.
+    /// A zero `d` removes the partitions: a partition of no length is no
+    /// partition (and would not validate).
     pub fn with_partition_duration(&self, d: Duration) -> Self {
         let mut s = self.clone();
+        if d.is_zero() {
+            s.partitions.clear();
+        }
         for p in &mut s.partitions {
             p.duration = Dur(d);
         }

@@ -181,18 +181,6 @@ pub fn format_ms(ms: u64) -> String {
     }
 }
 
-/// `scenario` with every partition lasting `d`; a zero length means no
-/// partition at all (a scenario cannot declare an empty partition).
-pub fn scenario_with_partition(scenario: &Scenario, d: Duration) -> Scenario {
-    if d.is_zero() {
-        let mut s = scenario.clone();
-        s.partitions.clear();
-        s
-    } else {
-        scenario.with_partition_duration(d)
-    }
-}
-
 /// FNV-1a 64 of `bytes`, hex.
 fn fnv1a_hex(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -277,7 +265,7 @@ impl PartitionDurationStudy {
         };
         for step in 0..self.steps {
             let d = id.duration_ms(step);
-            scenario_with_partition(s, Duration::from_millis(d))
+            s.with_partition_duration(Duration::from_millis(d))
                 .validate()
                 .map_err(|e| bad(format!("with partitions of {}: {e}", format_ms(d))))?;
         }
@@ -296,7 +284,8 @@ impl PartitionDurationStudy {
         }
         let scenarios: Vec<Scenario> = (0..id.steps)
             .map(|st| {
-                scenario_with_partition(&self.scenario, Duration::from_millis(id.duration_ms(st)))
+                self.scenario
+                    .with_partition_duration(Duration::from_millis(id.duration_ms(st)))
             })
             .collect();
         let seeds = u64::from(id.seeds);
