@@ -160,13 +160,13 @@ async fn start_inner(
     });
     if let Some((addr, io)) = listen_io {
         registry.set_local_addr(addr);
-        registry.spawn(accept_loop_io(ctx.clone(), io));
+        registry.spawn(accept_loop(ctx.clone(), io));
     }
     if let Some(listener) = listener {
         if let Ok(addr) = listener.local_addr() {
             registry.set_local_addr(addr);
         }
-        registry.spawn(accept_loop(ctx.clone(), listener));
+        registry.spawn(accept_loop(ctx.clone(), Arc::new(Tcp(listener))));
     }
     for peer in &ctx.config.peers {
         if let Some(url) = &peer.url {
@@ -201,35 +201,29 @@ fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(1024)
 }
 
-async fn accept_loop(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
-    let token = ctx.registry.shutdown_token();
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = token.cancelled() => break,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((tcp, remote)) => {
-                let _ = tcp.set_nodelay(true);
-                let ctx2 = ctx.clone();
-                ctx.registry.spawn(async move {
-                    if let Err(e) = accept(&ctx2, tcp).await {
-                        ctx2.registry.count_refused();
-                        tracing::warn!(%remote, error = %e, "refused inbound WebSocket connection");
-                    }
-                });
-            }
-            Err(e) => {
-                // E.g. out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+/// Real TCP as a [`StreamIo`], so one accept loop serves real and
+/// simulated networks. Nagle is off on every stream.
+struct Tcp(tokio::net::TcpListener);
+
+impl StreamIo for Tcp {
+    fn accept(&self) -> IoFuture<'_, (BoxedIo, SocketAddr)> {
+        Box::pin(async move {
+            let (tcp, remote) = self.0.accept().await?;
+            let _ = tcp.set_nodelay(true);
+            Ok((Box::new(tcp) as BoxedIo, remote))
+        })
+    }
+
+    fn connect(&self, host: String, port: u16) -> IoFuture<'_, BoxedIo> {
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            let _ = tcp.set_nodelay(true);
+            Ok(Box::new(tcp) as BoxedIo)
+        })
     }
 }
 
-async fn accept_loop_io(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
+async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
     let token = ctx.registry.shutdown_token();
     loop {
         let accepted = tokio::select! {
@@ -248,6 +242,7 @@ async fn accept_loop_io(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
                 });
             }
             Err(e) => {
+                // E.g. out of file descriptors: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
