@@ -34,9 +34,12 @@ pub enum StartError {
     /// The TLS configuration could not be built.
     #[error(transparent)]
     Tls(#[from] TlsError),
-    /// A timeout (or MTU) knob is out of range.
+    /// A timeout knob is out of range.
     #[error("invalid timeouts: {0}")]
     Timeouts(String),
+    /// `fixed_mtu` is out of range.
+    #[error("invalid fixed_mtu: {0}")]
+    Mtu(String),
     /// The UDP socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -74,8 +77,8 @@ fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, Start
         .max_concurrent_uni_streams(1u8.into());
     if let Some(mtu) = config.fixed_mtu {
         if mtu < 1200 {
-            return Err(StartError::Timeouts(format!(
-                "fixed_mtu {mtu} is below QUIC's minimum of 1200"
+            return Err(StartError::Mtu(format!(
+                "{mtu} is below QUIC's minimum of 1200"
             )));
         }
         t.initial_mtu(mtu).min_mtu(mtu).mtu_discovery_config(None);
@@ -124,7 +127,7 @@ pub async fn start_with_socket(
         // Receive buffers must hold the fixed-size datagrams.
         endpoint_config
             .max_udp_payload_size(mtu)
-            .map_err(|e| StartError::Timeouts(format!("fixed_mtu {mtu}: {e}")))?;
+            .map_err(|e| StartError::Mtu(format!("{mtu}: {e}")))?;
     }
     let endpoint =
         quinn::Endpoint::new_with_abstract_socket(endpoint_config, Some(server), socket, runtime)
