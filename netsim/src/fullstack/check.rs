@@ -33,6 +33,18 @@ fn v(out: &mut Vec<Violation>, inv: &str, ob: Option<String>, detail: String) {
 
 type Key = (AgentId, ObligationId);
 
+/// `items` grouped by their (custodian, obligation) key, in key order.
+fn by_key<'a, T>(
+    items: impl IntoIterator<Item = &'a T>,
+    key: impl Fn(&T) -> Key,
+) -> BTreeMap<Key, Vec<&'a T>> {
+    let mut m: BTreeMap<Key, Vec<&'a T>> = BTreeMap::new();
+    for i in items {
+        m.entry(key(i)).or_default().push(i);
+    }
+    m
+}
+
 /// Checks every invariant; returns the violations in a stable order.
 pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -56,13 +68,7 @@ pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<V
         }
         opened.entry((a.clone(), o.id().clone())).or_insert(o);
     }
-    let mut closes: BTreeMap<Key, Vec<&super::truth::Close>> = BTreeMap::new();
-    for c in &t.closes {
-        closes
-            .entry((c.custodian.clone(), c.id.clone()))
-            .or_default()
-            .push(c);
-    }
+    let closes = by_key(&t.closes, |c| (c.custodian.clone(), c.id.clone()));
     for k in opened.keys() {
         match closes.get(k).map(Vec::len).unwrap_or(0) {
             1 => {}
@@ -94,22 +100,11 @@ pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<V
 
     // Ground truth of the receivers: applier verdicts and committed
     // applications, keyed (custodian, id).
-    let mut decided_apply: BTreeMap<Key, Vec<&super::truth::Decision>> = BTreeMap::new();
-    for d in &t.decisions {
-        if d.verdict == Verdict::Apply {
-            decided_apply
-                .entry((d.custodian.clone(), d.id.clone()))
-                .or_default()
-                .push(d);
-        }
-    }
-    let mut applied: BTreeMap<Key, Vec<&super::truth::Application>> = BTreeMap::new();
-    for a in &t.applications {
-        applied
-            .entry((a.custodian.clone(), a.id.clone()))
-            .or_default()
-            .push(a);
-    }
+    let decided_apply = by_key(
+        t.decisions.iter().filter(|d| d.verdict == Verdict::Apply),
+        |d| (d.custodian.clone(), d.id.clone()),
+    );
+    let applied = by_key(&t.applications, |a| (a.custodian.clone(), a.id.clone()));
     let keys: BTreeSet<&Key> = decided_apply.keys().chain(applied.keys()).collect();
     for k in keys {
         let n_dec = decided_apply.get(k).map(Vec::len).unwrap_or(0);

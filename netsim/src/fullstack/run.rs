@@ -164,11 +164,9 @@ fn schedule(s: &Scenario) -> Vec<(Duration, Action)> {
         }
     }
     for c in &s.crashes {
-        let every = c.every.map(|e| e.0).unwrap_or_default();
-        for i in 0..c.count {
-            let at = c.at.0 + every * i;
-            ev.push((at, Action::Crash(c.host.clone())));
-            ev.push((at + c.down_for.0, Action::Restart(c.host.clone())));
+        for (down, up) in c.outages() {
+            ev.push((down, Action::Crash(c.host.clone())));
+            ev.push((up, Action::Restart(c.host.clone())));
         }
     }
     // Stable: same-time actions keep their file order.

@@ -176,6 +176,17 @@ pub struct Crash {
     pub count: u32,
 }
 
+impl Crash {
+    /// Each outage of this schedule: (crash time, restart time), in order.
+    pub fn outages(&self) -> impl Iterator<Item = (Duration, Duration)> + '_ {
+        let every = self.every.map(|e| e.0).unwrap_or_default();
+        (0..self.count).map(move |i| {
+            let down = self.at.0 + every * i;
+            (down, down + self.down_for.0)
+        })
+    }
+}
+
 fn one() -> u32 {
     1
 }
@@ -457,10 +468,10 @@ impl Scenario {
     /// When every partition and crash schedule has ended.
     pub fn faults_end(&self) -> Duration {
         let p = self.partitions.iter().map(|p| p.at.0 + p.duration.0);
-        let c = self.crashes.iter().map(|c| {
-            let every = c.every.map(|e| e.0).unwrap_or_default();
-            c.at.0 + every * c.count.saturating_sub(1) + c.down_for.0
-        });
+        let c = self
+            .crashes
+            .iter()
+            .filter_map(|c| c.outages().last().map(|(_, up)| up));
         p.chain(c).max().unwrap_or_default()
     }
 
