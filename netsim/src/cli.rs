@@ -239,26 +239,9 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("expected a count like 100000, 1_000_000, 10M or 1G, got {s:?}"))
 }
 
-/// Parses a duration: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("expected a duration like 0s, 90s, 5m or 2h, got {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86_400.0,
-        _ => return Err(format!("unknown unit in {s:?}: use ms, s, m, h or d")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
-}
+/// Parses a duration: a number and a unit (`ms`, `s`, `m`, `h`, `d`);
+/// the same syntax as scenario files.
+pub use crate::fullstack::parse_duration;
 
 /// Parses `args` (program name first) and runs the command.
 pub fn main_with_args<I, T>(args: I) -> ExitCode

@@ -38,12 +38,14 @@ impl fmt::Display for Dur {
     }
 }
 
-/// Parses `"250ms"`, `"30s"`, `"5m"`, `"2h"`, `"1.5s"`.
+/// Parses a number and a unit: `"250ms"`, `"30s"`, `"1.5m"` (or
+/// `"min"`), `"2h"`, `"1d"`. The one duration syntax of scenario files and
+/// the command line.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{s:?} has no unit (ms, s, m or h)"))?;
+        .ok_or_else(|| format!("{s:?} has no unit (ms, s, m, h or d)"))?;
     let (num, unit) = t.split_at(split);
     let v: f64 = num
         .parse()
@@ -53,7 +55,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" => v,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (ms, s, m or h)")),
+        "d" => v * 86_400.0,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (ms, s, m, h or d)")),
     };
     if !secs.is_finite() || !(0.0..=1.0e7).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
