@@ -12,8 +12,8 @@ pub use ack::{AckStatus, CustodyAck, DeclineReason};
 pub use ids::{AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, MAX_ID_BYTES};
 pub(crate) use obligation::json_type as obligation_json_type;
 pub use obligation::{
-    Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS, MAX_PAYLOAD_BYTES,
-    MAX_RETRIES_LIMIT,
+    payload_number, Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS,
+    MAX_PAYLOAD_BYTES, MAX_RETRIES_LIMIT, PAYLOAD_NUMBERS,
 };
 pub(crate) use profile::check_sizing;
 pub use profile::{min_retries_to_span, Backoff, DeclinePolicy, KindProfile};

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Number, Value};
 
 use super::{AgentId, Digest, Kind, ObligationId, Sequence, Timestamp};
 use crate::canonical::{self, MAX_SAFE_INTEGER};
@@ -34,10 +34,13 @@ pub struct Payload {
 }
 
 impl Payload {
-    /// Validates a JSON object as a payload.
-    pub fn new(map: Map<String, Value>) -> Result<Self, FieldError> {
-        for (k, v) in &map {
-            check_value(v, 1, &format!("payload.{k}"))?;
+    /// Validates a JSON object as a payload, normalizing every number to
+    /// the value its canonical text reads back as (see [`payload_number`]),
+    /// so that whatever is accepted here round-trips exactly through JSON,
+    /// protobuf and every store.
+    pub fn new(mut map: Map<String, Value>) -> Result<Self, FieldError> {
+        for (k, v) in map.iter_mut() {
+            normalize(v, 1).map_err(|e| e.at_key(k).into_field_error())?;
         }
         let mut canonical = String::new();
         canonical::write_object(&map, &mut canonical);
@@ -123,39 +126,122 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
     }
 }
 
-fn check_value(v: &Value, depth: usize, path: &str) -> Result<(), FieldError> {
-    if depth > MAX_PAYLOAD_DEPTH {
-        return Err(FieldError::invalid(
-            "payload",
-            format!("nested deeper than {MAX_PAYLOAD_DEPTH} levels"),
-        ));
+/// What payload numbers may be, in words (used in error messages).
+pub const PAYLOAD_NUMBERS: &str = "finite IEEE-754 doubles (RFC 8785); an integer beyond \
+     ±(2^53-1) only if it is exactly a double";
+
+/// The one rule for payload numbers (RFC 8785 §3.2.2.3, I-JSON): every
+/// number is a finite IEEE-754 double. Returns the number in the form its
+/// canonical text parses back to, so `normalize(parse(jcs(x))) == x`:
+///
+/// - an integer within ±(2^53-1) stays an integer;
+/// - an integer literal beyond that is accepted only when it is exactly a
+///   double, and is then held as that double (its canonical text is the
+///   same digits, e.g. `10000000000000000`);
+/// - a double with an integral value within ±(2^53-1) becomes that integer
+///   (`2.0` is `2`, `-0.0` is `0`), as its canonical text says;
+/// - any other finite double stays as it is.
+///
+/// `None` means the number is not admissible (not exactly a double).
+pub fn payload_number(n: &Number) -> Option<Number> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    const TWO_64: f64 = 18_446_744_073_709_551_616.0;
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= MAX_SAFE_INTEGER {
+            return Some(Number::from(i));
+        }
+        let f = i as f64;
+        // `f as i64` saturates, so also require `f` inside the i64 range.
+        return ((-TWO_63..TWO_63).contains(&f) && f as i64 == i)
+            .then(|| Number::from_f64(f))
+            .flatten();
     }
-    match v {
-        Value::Number(n) => {
-            let ok = if let Some(i) = n.as_i64() {
-                i.unsigned_abs() <= MAX_SAFE_INTEGER
-            } else if let Some(u) = n.as_u64() {
-                u <= MAX_SAFE_INTEGER
-            } else {
-                n.as_f64().is_some_and(f64::is_finite)
-            };
-            if !ok {
-                return Err(FieldError::new(
-                    path,
-                    FieldProblem::OutOfRange {
-                        allowed: "finite numbers; integers within ±(2^53-1)".into(),
-                    },
-                ));
+    if let Some(u) = n.as_u64() {
+        let f = u as f64;
+        return (f < TWO_64 && f as u64 == u)
+            .then(|| Number::from_f64(f))
+            .flatten();
+    }
+    let f = n.as_f64().filter(|f| f.is_finite())?;
+    if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 {
+        // Exact: |f| <= 2^53-1 is an integer that i64 holds.
+        return Some(Number::from(f as i64));
+    }
+    Number::from_f64(f)
+}
+
+/// A payload rule broken at a path, built from the leaf up so the happy
+/// path formats nothing.
+struct BadValue {
+    path: Vec<PathStep>,
+    problem: FieldProblem,
+}
+
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+impl BadValue {
+    fn new(problem: FieldProblem) -> Self {
+        Self {
+            path: Vec::new(),
+            problem,
+        }
+    }
+
+    fn at_key(mut self, k: &str) -> Self {
+        self.path.push(PathStep::Key(k.to_string()));
+        self
+    }
+
+    fn at_index(mut self, i: usize) -> Self {
+        self.path.push(PathStep::Index(i));
+        self
+    }
+
+    fn into_field_error(self) -> FieldError {
+        let mut field = String::from("payload");
+        for step in self.path.iter().rev() {
+            match step {
+                PathStep::Key(k) => {
+                    field.push('.');
+                    field.push_str(k);
+                }
+                PathStep::Index(i) => {
+                    field.push('[');
+                    field.push_str(&i.to_string());
+                    field.push(']');
+                }
             }
         }
+        FieldError::new(field, self.problem)
+    }
+}
+
+fn normalize(v: &mut Value, depth: usize) -> Result<(), BadValue> {
+    if depth > MAX_PAYLOAD_DEPTH {
+        return Err(BadValue::new(FieldProblem::Invalid(format!(
+            "nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+        ))));
+    }
+    match v {
+        Value::Number(n) => match payload_number(n) {
+            Some(m) => *n = m,
+            None => {
+                return Err(BadValue::new(FieldProblem::OutOfRange {
+                    allowed: PAYLOAD_NUMBERS.into(),
+                }))
+            }
+        },
         Value::Array(a) => {
-            for (i, item) in a.iter().enumerate() {
-                check_value(item, depth + 1, &format!("{path}[{i}]"))?;
+            for (i, item) in a.iter_mut().enumerate() {
+                normalize(item, depth + 1).map_err(|e| e.at_index(i))?;
             }
         }
         Value::Object(m) => {
-            for (k, item) in m {
-                check_value(item, depth + 1, &format!("{path}.{k}"))?;
+            for (k, item) in m.iter_mut() {
+                normalize(item, depth + 1).map_err(|e| e.at_key(k))?;
             }
         }
         _ => {}
@@ -430,6 +516,19 @@ impl ObligationBuilder {
         let created_at = self
             .created_at
             .ok_or_else(|| FieldError::missing("created_at"))?;
+        // Every timestamp derived from it (the absolute deadline included)
+        // must print as RFC 3339 and parse back: a later one would be
+        // accepted here and fail to decode from JSON or a store's JSON row.
+        let latest =
+            Timestamp::RFC3339_MAX.saturating_sub(Duration::from_secs(MAX_DEADLINE_SECONDS));
+        if created_at < Timestamp::RFC3339_MIN || created_at > latest {
+            return Err(FieldError::new(
+                "created_at",
+                FieldProblem::OutOfRange {
+                    allowed: format!("{}..={latest}", Timestamp::RFC3339_MIN),
+                },
+            ));
+        }
         let sequence = match self.sequence {
             None => None,
             Some(s) => Some(Sequence(
@@ -503,11 +602,25 @@ mod tests {
         let e = base().payload(json!({ "blob": big })).build().unwrap_err();
         assert_eq!(e.field, "payload");
         assert!(matches!(e.problem, FieldProblem::TooLong { .. }));
+        // 2^60 + 1 is not a double: no peer could hold it exactly.
         let e = base()
-            .payload(json!({ "n": 1u64 << 60 }))
+            .payload(json!({ "n": (1u64 << 60) + 1 }))
             .build()
             .unwrap_err();
         assert_eq!(e.field, "payload.n");
+        let e = base()
+            .payload(json!({ "a": [1, {"b": -9_007_199_254_740_993i64}] }))
+            .build()
+            .unwrap_err();
+        assert_eq!(e.field, "payload.a[1].b");
+        assert_eq!(
+            base()
+                .created_at(Timestamp::from_unix_micros(i64::MAX))
+                .build()
+                .unwrap_err()
+                .field,
+            "created_at"
+        );
         assert_eq!(base().id("").build().unwrap_err().field, "obligation_id");
         assert_eq!(
             base().payload(json!([1])).build().unwrap_err().field,

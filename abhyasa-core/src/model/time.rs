@@ -22,6 +22,13 @@ impl Timestamp {
     /// The Unix epoch.
     pub const EPOCH: Timestamp = Timestamp(0);
 
+    /// The first instant RFC 3339 can write: `0000-01-01T00:00:00Z`.
+    pub const RFC3339_MIN: Timestamp = Timestamp(-62_167_219_200_000_000);
+    /// The last instant RFC 3339 can write (four-digit years):
+    /// `9999-12-31T23:59:59.999999Z`. Later instants would print as
+    /// `+10000-…`, which no RFC 3339 parser reads back.
+    pub const RFC3339_MAX: Timestamp = Timestamp(253_402_300_799_999_999);
+
     /// From microseconds since the epoch.
     pub const fn from_unix_micros(us: i64) -> Self {
         Self(us)
