@@ -37,6 +37,14 @@ pub(crate) fn corrupt(table: &'static str, key: &[u8], detail: impl ToString) ->
     }
 }
 
+pub(crate) fn unwritable(table: &'static str, key: &[u8], detail: impl ToString) -> StoreError {
+    StoreError::Unwritable {
+        table,
+        key: show_key(key),
+        detail: detail.to_string(),
+    }
+}
+
 /// Encodes a row with postcard.
 pub(crate) fn to_bytes<T: Serialize>(
     table: &'static str,

@@ -5,19 +5,19 @@
 use std::time::Duration;
 
 use abhyasa_core::custody::{
-    CustodianSnapshot, IntentRecord, LedgerOutcome, ReceiverSnapshot, Reconciliation, Record,
-    TerminalSummary,
+    CustodianSnapshot, EffectValue, IntentRecord, LedgerOutcome, LedgerRecord, PendingRecord,
+    ReceiverSnapshot, Reconciliation, Record, TerminalSummary,
 };
 use abhyasa_core::principal::{AuthorizationEntry, DecisionItem, PrincipalWrite};
 use abhyasa_core::store::{
     past_retention, Committed, Compacted, DurableState, EventId, LogEvent, StoreError, StoredEvent,
     FORMAT_VERSION,
 };
-use abhyasa_core::{Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
+use abhyasa_core::{AgentId, Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
 
 use crate::codec::{
     corrupt, from_bytes, from_json, id, pair_key, parse_u64_key, split_pair_key, to_bytes, to_json,
-    u64_key, EffectRow, LedgerRow, PendingRow, TerminalRow,
+    u64_key, unwritable, EffectRow, LedgerRow, PendingRow, TerminalRow,
 };
 
 /// The trees (sled) or tables (redb) of a node's database.
@@ -45,11 +45,29 @@ pub(crate) enum Table {
     Intents,
     /// The append-only event log.
     Events,
+    /// Rows moved aside by [`quarantine`]: the raw bytes of every entry that
+    /// did not decode, keyed by `table \0 key`, kept for inspection.
+    Quarantine,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 11] = [
+    pub(crate) const ALL: [Table; 12] = [
         Table::Meta,
+        Table::Pending,
+        Table::Terminal,
+        Table::Escalations,
+        Table::Reconciliations,
+        Table::Principal,
+        Table::Ledger,
+        Table::KeySequences,
+        Table::Effects,
+        Table::Intents,
+        Table::Events,
+        Table::Quarantine,
+    ];
+
+    /// The tables whose rows hold custody state and must all decode.
+    const DATA: [Table; 10] = [
         Table::Pending,
         Table::Terminal,
         Table::Escalations,
@@ -75,6 +93,7 @@ impl Table {
             Table::Effects => "receiver_effects",
             Table::Intents => "intents",
             Table::Events => "events",
+            Table::Quarantine => "quarantine",
         }
     }
 
@@ -249,6 +268,41 @@ fn offer_is_new(txn: &mut dyn Txn, id: &ObligationId, digest: Digest) -> Result<
     }
 }
 
+/// Encodes a pending row and proves it reads back as the same record: a
+/// store never commits a row it cannot load (issue 10: one such row used to
+/// stop the whole store from opening).
+fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<Vec<u8>, StoreError> {
+    const T: &str = "custody_pending";
+    let bytes = to_bytes(T, k, &PendingRow::of(p))?;
+    match from_bytes::<PendingRow>(T, k, &bytes).and_then(|r| r.build(T, k)) {
+        Ok(back) if back == *p => Ok(bytes),
+        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
+        Err(e) => Err(unwritable(T, k, e)),
+    }
+}
+
+/// Encodes a ledger row and proves it reads back as the same record.
+fn ledger_bytes(k: &[u8], l: &LedgerRecord) -> Result<Vec<u8>, StoreError> {
+    const T: &str = "receiver_ledger";
+    let bytes = to_bytes(T, k, &LedgerRow::of(l))?;
+    match from_bytes::<LedgerRow>(T, k, &bytes).and_then(|r| r.build(T, k)) {
+        Ok(back) if back == *l => Ok(bytes),
+        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
+        Err(e) => Err(unwritable(T, k, e)),
+    }
+}
+
+/// Encodes an intent row and proves it reads back as the same record.
+fn intent_bytes(k: &[u8], i: &IntentRecord) -> Result<Vec<u8>, StoreError> {
+    const T: &str = "intents";
+    let bytes = to_json(T, k, i)?;
+    match from_json::<IntentRecord>(T, k, &bytes) {
+        Ok(back) if back == *i => Ok(bytes),
+        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
+        Err(e) => Err(unwritable(T, k, e)),
+    }
+}
+
 fn update_pending(
     txn: &mut dyn Txn,
     id: &ObligationId,
@@ -270,11 +324,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             let id = pending.obligation.id();
             if offer_is_new(txn, id, pending.obligation.digest())? {
                 let k = id.as_str().as_bytes();
-                txn.put(
-                    Table::Pending,
-                    k,
-                    &to_bytes("custody_pending", k, &PendingRow::of(pending))?,
-                )?;
+                txn.put(Table::Pending, k, &pending_bytes(k, pending)?)?;
                 for w in principal {
                     put_principal(txn, w)?;
                 }
@@ -391,11 +441,11 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             if matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined) {
                 txn.del(Table::Intents, &k)?;
             }
-            txn.put(Table::Ledger, &k, &to_bytes(T, &k, &LedgerRow::of(l))?)?;
+            txn.put(Table::Ledger, &k, &ledger_bytes(&k, l)?)?;
         }
         Record::Intent(i) => {
             let k = pair_key(&i.custodian, i.obligation.id());
-            txn.put(Table::Intents, &k, &to_json("intents", &k, i)?)?;
+            txn.put(Table::Intents, &k, &intent_bytes(&k, i)?)?;
         }
     }
     Ok(())
@@ -429,70 +479,202 @@ pub(crate) fn commit(
     })
 }
 
-/// Reads the durable state.
+/// One decoded row of a data table.
+enum Row {
+    Pending(PendingRecord),
+    Terminal(TerminalSummary),
+    Principal(PrincipalWrite),
+    Escalation(Escalation),
+    Reconciliation(Reconciliation),
+    Ledger(LedgerRecord),
+    KeySequence(GovernedKey, Sequence, ObligationId),
+    Effect(String, EffectValue),
+    Intent((AgentId, ObligationId), IntentRecord),
+    Event,
+}
+
+/// Decodes one row of a data table, validating it fully (the same checks
+/// `load` relies on), or says why it is corrupt.
+fn decode_row(t: Table, k: &[u8], b: &[u8]) -> Result<Row, StoreError> {
+    let name = t.name();
+    Ok(match t {
+        Table::Pending => Row::Pending(from_bytes::<PendingRow>(name, k, b)?.build(name, k)?),
+        Table::Terminal => Row::Terminal(from_bytes::<TerminalRow>(name, k, b)?.build(name, k)?),
+        Table::Principal => Row::Principal(read_principal(k, b)?),
+        Table::Escalations => Row::Escalation(from_json::<Escalation>(name, k, b)?),
+        Table::Reconciliations => Row::Reconciliation(from_bytes::<Reconciliation>(name, k, b)?),
+        Table::Ledger => Row::Ledger(from_bytes::<LedgerRow>(name, k, b)?.build(name, k)?),
+        Table::KeySequences => {
+            let (seq, oid): (u64, String) = from_bytes(name, k, b)?;
+            Row::KeySequence(
+                id::<GovernedKey>(name, k, k)?,
+                Sequence(seq),
+                id::<ObligationId>(name, k, oid.as_bytes())?,
+            )
+        }
+        Table::Effects => {
+            let key = std::str::from_utf8(k)
+                .map_err(|e| corrupt(name, k, e))?
+                .to_string();
+            Row::Effect(key, from_bytes::<EffectRow>(name, k, b)?.build(name, k)?)
+        }
+        Table::Intents => Row::Intent(
+            split_pair_key(name, k)?,
+            from_json::<IntentRecord>(name, k, b)?,
+        ),
+        Table::Events => {
+            parse_u64_key(name, k)?;
+            let _: (i64, LogEvent) = from_bytes(name, k, b)?;
+            Row::Event
+        }
+        Table::Meta | Table::Quarantine => {
+            return Err(corrupt(name, k, "not a data table"));
+        }
+    })
+}
+
+/// Reads the durable state. The first row that does not decode fails the
+/// load with [`StoreError::Corrupt`] naming it: nothing is misread or
+/// skipped silently ([`check`] lists every such row, [`quarantine`] moves
+/// them aside).
 pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
     let mut c = CustodianSnapshot::default();
-    v.scan(Table::Pending, &[], &mut |k, b| {
-        let p = from_bytes::<PendingRow>("custody_pending", k, b)?.build("custody_pending", k)?;
-        c.pending.insert(p.obligation.id().clone(), p);
-        Ok(true)
-    })?;
-    v.scan(Table::Terminal, &[], &mut |k, b| {
-        let t =
-            from_bytes::<TerminalRow>("custody_terminal", k, b)?.build("custody_terminal", k)?;
-        c.terminal.insert(t.obligation_id.clone(), t);
-        Ok(true)
-    })?;
-    v.scan(Table::Principal, &[], &mut |k, b| {
-        c.principal.push(read_principal(k, b)?);
-        Ok(true)
-    })?;
-    v.scan(Table::Escalations, &[], &mut |k, b| {
-        c.escalations
-            .push(from_json::<Escalation>("escalations", k, b)?);
-        Ok(true)
-    })?;
-    v.scan(Table::Reconciliations, &[], &mut |k, b| {
-        c.reconciliations
-            .push(from_bytes::<Reconciliation>("reconciliations", k, b)?);
-        Ok(true)
-    })?;
     let mut r = ReceiverSnapshot::default();
-    v.scan(Table::Ledger, &[], &mut |k, b| {
-        let l = from_bytes::<LedgerRow>("receiver_ledger", k, b)?.build("receiver_ledger", k)?;
-        r.ledger
-            .insert((l.custodian.clone(), l.obligation_id.clone()), l);
-        Ok(true)
-    })?;
-    v.scan(Table::KeySequences, &[], &mut |k, b| {
-        const T: &str = "receiver_key_sequences";
-        let (seq, oid): (u64, String) = from_bytes(T, k, b)?;
-        r.key_sequences.insert(
-            id::<GovernedKey>(T, k, k)?,
-            (Sequence(seq), id::<ObligationId>(T, k, oid.as_bytes())?),
-        );
-        Ok(true)
-    })?;
-    v.scan(Table::Effects, &[], &mut |k, b| {
-        const T: &str = "receiver_effects";
-        let key = std::str::from_utf8(k)
-            .map_err(|e| corrupt(T, k, e))?
-            .to_string();
-        r.effects
-            .insert(key, from_bytes::<EffectRow>(T, k, b)?.build(T, k)?);
-        Ok(true)
-    })?;
-    v.scan(Table::Intents, &[], &mut |k, b| {
-        let key = split_pair_key("intents", k)?;
-        r.intents
-            .insert(key, from_json::<IntentRecord>("intents", k, b)?);
-        Ok(true)
-    })?;
+    for t in Table::DATA {
+        if t == Table::Events {
+            // The log is read by `events`, not folded into the state.
+            continue;
+        }
+        v.scan(t, &[], &mut |k, b| {
+            match decode_row(t, k, b)? {
+                Row::Pending(p) => {
+                    c.pending.insert(p.obligation.id().clone(), p);
+                }
+                Row::Terminal(s) => {
+                    c.terminal.insert(s.obligation_id.clone(), s);
+                }
+                Row::Principal(w) => c.principal.push(w),
+                Row::Escalation(e) => c.escalations.push(e),
+                Row::Reconciliation(x) => c.reconciliations.push(x),
+                Row::Ledger(l) => {
+                    r.ledger
+                        .insert((l.custodian.clone(), l.obligation_id.clone()), l);
+                }
+                Row::KeySequence(key, seq, oid) => {
+                    r.key_sequences.insert(key, (seq, oid));
+                }
+                Row::Effect(key, value) => {
+                    r.effects.insert(key, value);
+                }
+                Row::Intent(key, i) => {
+                    r.intents.insert(key, i);
+                }
+                Row::Event => {}
+            }
+            Ok(true)
+        })?;
+    }
     Ok(DurableState {
         custodian: c,
         receiver: r,
         next_event: EventId(next_event(v.get(Table::Meta, META_NEXT_EVENT)?)?),
     })
+}
+
+/// A stored entry that does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CorruptRow {
+    /// The table or tree.
+    pub table: &'static str,
+    /// The entry's key, printable.
+    pub key: String,
+    /// What is wrong with it.
+    pub detail: String,
+    /// The raw key.
+    pub raw_key: Vec<u8>,
+}
+
+/// An entry moved aside by [`quarantine`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuarantinedRow {
+    /// The table it was in.
+    pub table: String,
+    /// Its key, printable.
+    pub key: String,
+    /// Why it was moved.
+    pub detail: String,
+    /// When it was moved.
+    pub quarantined_at: Timestamp,
+    /// Its raw key and value, verbatim.
+    pub raw_key: Vec<u8>,
+    /// The raw value.
+    pub raw_value: Vec<u8>,
+}
+
+/// Every entry of every data table that does not decode. A storage fault
+/// (not a decode failure) still fails the call.
+pub(crate) fn check(v: &dyn View) -> Result<Vec<CorruptRow>, StoreError> {
+    let mut bad = Vec::new();
+    for t in Table::DATA {
+        v.scan(t, &[], &mut |k, b| {
+            match decode_row(t, k, b) {
+                Ok(_) => {}
+                Err(StoreError::Corrupt { table, key, detail }) => bad.push(CorruptRow {
+                    table,
+                    key,
+                    detail,
+                    raw_key: k.to_vec(),
+                }),
+                Err(other) => return Err(other),
+            }
+            Ok(true)
+        })?;
+    }
+    Ok(bad)
+}
+
+/// Moves the `bad` rows (from [`check`]) into the quarantine table, their
+/// bytes verbatim, in one transaction. Every other row stays as it was.
+pub(crate) fn quarantine(
+    txn: &mut dyn Txn,
+    now: Timestamp,
+    bad: &[CorruptRow],
+) -> Result<Vec<QuarantinedRow>, StoreError> {
+    let mut out = Vec::with_capacity(bad.len());
+    for row in bad {
+        let t = Table::DATA
+            .into_iter()
+            .find(|t| t.name() == row.table)
+            .ok_or_else(|| corrupt(row.table, &row.raw_key, "not a data table"))?;
+        let Some(value) = txn.get(t, &row.raw_key)? else {
+            continue;
+        };
+        let q = QuarantinedRow {
+            table: row.table.to_string(),
+            key: row.key.clone(),
+            detail: row.detail.clone(),
+            quarantined_at: now,
+            raw_key: row.raw_key.clone(),
+            raw_value: value,
+        };
+        let mut qk = row.table.as_bytes().to_vec();
+        qk.push(0);
+        qk.extend_from_slice(&row.raw_key);
+        txn.put(Table::Quarantine, &qk, &to_json("quarantine", &qk, &q)?)?;
+        txn.del(t, &row.raw_key)?;
+        out.push(q);
+    }
+    Ok(out)
+}
+
+/// The rows moved aside so far.
+pub(crate) fn quarantined(v: &dyn View) -> Result<Vec<QuarantinedRow>, StoreError> {
+    let mut out = Vec::new();
+    v.scan(Table::Quarantine, &[], &mut |k, b| {
+        out.push(from_json::<QuarantinedRow>("quarantine", k, b)?);
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 /// Reads up to `limit` log events from `from`.

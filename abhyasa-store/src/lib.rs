@@ -13,8 +13,9 @@
 //! `custody_terminal`, `escalations`, `reconciliations`, `principal`
 //! (authorizations with sequences, routing weights, open decisions),
 //! `receiver_ledger` (id → digest, outcome, reason, effect),
-//! `receiver_key_sequences`, `receiver_effects`, `intents` and `events`
-//! (the append-only log).
+//! `receiver_key_sequences`, `receiver_effects`, `intents`, `events`
+//! (the append-only log) and `quarantine` (rows moved aside by
+//! [`Repair::quarantine`]).
 //!
 //! See `README.md` for the benchmark that chose the default.
 #![forbid(unsafe_code)]
@@ -29,9 +30,32 @@ use std::path::Path;
 use std::str::FromStr;
 
 use abhyasa_core::store::{Store, StoreError};
+use abhyasa_core::Timestamp;
 
+pub use engine::{CorruptRow, QuarantinedRow};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
+
+/// Offline inspection and repair of an embedded store, for a node that
+/// refuses to start because a row does not decode (`abhyasa store check`,
+/// `abhyasa store quarantine`, `abhyasa store quarantined`).
+///
+/// A store never writes a row it cannot read back
+/// ([`StoreError::Unwritable`]), so a corrupt row means damage from outside
+/// (disk, another program, a bug in an older build). [`Store::load`] then
+/// fails with [`StoreError::Corrupt`] naming the first such row rather than
+/// misread or skip it; these calls list every such row and move them
+/// aside, verbatim, so the node can start on everything else.
+pub trait Repair {
+    /// Every entry of every data table that does not decode.
+    fn check(&self) -> Result<Vec<CorruptRow>, StoreError>;
+    /// Moves every entry [`Repair::check`] finds into the `quarantine`
+    /// table (raw bytes kept, with the reason and `now`), atomically;
+    /// returns what it moved. Every other row is untouched.
+    fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError>;
+    /// The entries moved aside so far.
+    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError>;
+}
 
 /// Tuning shared by the backends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +99,20 @@ impl StoreKind {
         path: impl AsRef<Path>,
         options: &StoreOptions,
     ) -> Result<Box<dyn Store>, StoreError> {
+        Ok(match self {
+            StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
+            StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
+        })
+    }
+}
+
+impl StoreKind {
+    /// Opens a store of this kind for [`Repair`] (no node may hold it).
+    pub fn open_for_repair(
+        self,
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+    ) -> Result<Box<dyn Repair>, StoreError> {
         Ok(match self {
             StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
             StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),

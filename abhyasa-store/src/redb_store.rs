@@ -14,7 +14,7 @@ use abhyasa_core::store::{
 use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
-use crate::StoreOptions;
+use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "redb";
 
@@ -231,5 +231,23 @@ impl Store for RedbStore {
             self.transact(|t| engine::delete(t, &dels))?;
         }
         Ok(out)
+    }
+}
+
+impl Repair for RedbStore {
+    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
+        engine::check(&self.view()?)
+    }
+
+    fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
+        let bad = engine::check(&self.view()?)?;
+        if bad.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.transact(|t| engine::quarantine(t, now, &bad))
+    }
+
+    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
+        engine::quarantined(&self.view()?)
     }
 }

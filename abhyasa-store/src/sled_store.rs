@@ -32,7 +32,7 @@ use abhyasa_core::store::{
 use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
-use crate::StoreOptions;
+use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "sled";
 
@@ -288,5 +288,25 @@ impl Store for SledStore {
             self.sync()?;
         }
         Ok(out)
+    }
+}
+
+impl Repair for SledStore {
+    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
+        engine::check(&SledView(&self.trees))
+    }
+
+    fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
+        let bad = engine::check(&SledView(&self.trees))?;
+        if bad.is_empty() {
+            return Ok(Vec::new());
+        }
+        let moved = self.transact("quarantine", |t| engine::quarantine(t, now, &bad))?;
+        self.sync()?;
+        Ok(moved)
+    }
+
+    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
+        engine::quarantined(&SledView(&self.trees))
     }
 }

@@ -45,6 +45,9 @@ enum Command {
     Decide(cli::client::DecideArgs),
     /// Prints the A2A AgentCard extension entry for this node (config only).
     Card(cli::client::CardArgs),
+    /// Checks or repairs a stopped node's store (unreadable rows, quarantine).
+    #[command(subcommand)]
+    Store(cli::store::StoreCommand),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cli::client::metrics(a),
         Command::Decide(a) => cli::client::decide(a),
         Command::Card(a) => cli::client::card(a),
+        Command::Store(c) => cli::store::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

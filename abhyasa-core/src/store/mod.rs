@@ -409,6 +409,19 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// A record would be written in a form that does not read back as the
+    /// same record (for instance an obligation whose stored form no longer
+    /// has its digest). The whole commit was refused and nothing was
+    /// written: a store never holds a row it cannot load.
+    #[error("refused to write {table} entry {key}: it would not read back ({detail})")]
+    Unwritable {
+        /// The table or tree.
+        table: &'static str,
+        /// The entry's key, printable.
+        key: String,
+        /// What would not read back.
+        detail: String,
+    },
     /// The database was written by a newer format version than this build
     /// understands; it was not read.
     #[error(

@@ -4,3 +4,4 @@ pub(crate) mod client;
 pub(crate) mod demo;
 pub(crate) mod init;
 pub(crate) mod node;
+pub(crate) mod store;

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use abhyasa::{Node, NodeEvent, NodeOptions};
+use abhyasa::{Node, NodeError, NodeEvent, NodeOptions};
+use abhyasa_core::store::StoreError;
 use abhyasa_quic::{Identity, QuicConfig};
 use abhyasa_store::StoreOptions;
 
@@ -68,6 +69,20 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     options.custodian.max_pending = cfg.raw.max_pending;
     options.receiver.skew_margin = Duration::from_millis(cfg.raw.skew_margin_ms);
 
+    // Rows moved aside by `abhyasa store quarantine` are not custody the
+    // node resumes: say so on every start until someone looks at them.
+    if let Ok(q) = cfg
+        .store
+        .open_for_repair(&cfg.store_path, &StoreOptions::default())
+        .and_then(|r| r.quarantined())
+    {
+        if !q.is_empty() {
+            tracing::warn!(
+                rows = q.len(),
+                "the store holds quarantined rows; see `abhyasa store quarantined`"
+            );
+        }
+    }
     let store = cfg
         .store
         .open(&cfg.store_path, &StoreOptions::default())
@@ -84,7 +99,15 @@ async fn serve(a: RunArgs) -> Result<(), String> {
 
     let node = Node::open(options, store, transport)
         .await
-        .map_err(|e| format!("node: {e}"))?;
+        .map_err(|e| match e {
+            NodeError::Store(corrupt @ StoreError::Corrupt { .. }) => {
+                format!(
+                    "node: store: {corrupt}; {}",
+                    super::store::repair_hint(&a.dir)
+                )
+            }
+            e => format!("node: {e}"),
+        })?;
     tracing::info!(
         agent = %cfg.agent,
         listen = ?listen,
