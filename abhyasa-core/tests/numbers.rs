@@ -101,6 +101,21 @@ fn c_t_5_inexact_integers_are_refused_at_build_naming_the_field() {
         assert_eq!(e.field, "payload.nested[0].n", "{n}");
         assert!(matches!(e.problem, FieldProblem::OutOfRange { .. }), "{n}");
     }
+    // The canonical (shortest) spelling of 2^60, as JCS writes it, names
+    // that double too (found by the C-T-6 payload property test: the
+    // canonical text of 2^60 used to be refused when read back).
+    let two_60 = Number::from_f64((1u64 << 60) as f64);
+    assert_eq!(
+        payload_number(&Number::from(1_152_921_504_606_847_000u64)),
+        two_60
+    );
+    let ob = phala(json!({"weight_delta": -0.5, "weight_key": "w", "big": (1u64 << 60) as f64}))
+        .unwrap();
+    assert_eq!(
+        ob.payload().canonical_json(),
+        r#"{"big":1152921504606847000,"weight_delta":-0.5,"weight_key":"w"}"#
+    );
+    assert_round_trips(&ob);
     // An exact one is held as the double it is.
     assert_eq!(
         payload_number(&Number::from(1u64 << 60)),

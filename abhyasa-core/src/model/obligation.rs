@@ -128,39 +128,32 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
 
 /// What payload numbers may be, in words (used in error messages).
 pub const PAYLOAD_NUMBERS: &str = "finite IEEE-754 doubles (RFC 8785); an integer beyond \
-     ±(2^53-1) only if it is exactly a double";
+     ±(2^53-1) only if it is a double, written exactly or in its shortest form";
 
 /// The one rule for payload numbers (RFC 8785 §3.2.2.3, I-JSON): every
 /// number is a finite IEEE-754 double. Returns the number in the form its
 /// canonical text parses back to, so `normalize(parse(jcs(x))) == x`:
 ///
 /// - an integer within ±(2^53-1) stays an integer;
-/// - an integer literal beyond that is accepted only when it is exactly a
-///   double, and is then held as that double (its canonical text is the
-///   same digits, e.g. `10000000000000000`);
+/// - an integer literal beyond that is accepted only when it names a
+///   double without rounding away information: it is exactly that double
+///   (`1152921504606846976` = 2^60) or the double's canonical, shortest
+///   spelling (`1152921504606847000`, what JCS writes for 2^60). It is then
+///   held as that double. `9007199254740993` is neither and is refused;
 /// - a double with an integral value within ±(2^53-1) becomes that integer
 ///   (`2.0` is `2`, `-0.0` is `0`), as its canonical text says;
 /// - any other finite double stays as it is.
 ///
-/// `None` means the number is not admissible (not exactly a double).
+/// `None` means the number is not admissible.
 pub fn payload_number(n: &Number) -> Option<Number> {
-    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
-    const TWO_64: f64 = 18_446_744_073_709_551_616.0;
     if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= MAX_SAFE_INTEGER {
             return Some(Number::from(i));
         }
-        let f = i as f64;
-        // `f as i64` saturates, so also require `f` inside the i64 range.
-        return ((-TWO_63..TWO_63).contains(&f) && f as i64 == i)
-            .then(|| Number::from_f64(f))
-            .flatten();
+        return big_integer(i128::from(i));
     }
     if let Some(u) = n.as_u64() {
-        let f = u as f64;
-        return (f < TWO_64 && f as u64 == u)
-            .then(|| Number::from_f64(f))
-            .flatten();
+        return big_integer(i128::from(u));
     }
     let f = n.as_f64().filter(|f| f.is_finite())?;
     if f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64 {
@@ -168,6 +161,19 @@ pub fn payload_number(n: &Number) -> Option<Number> {
         return Some(Number::from(f as i64));
     }
     Number::from_f64(f)
+}
+
+/// An integer literal beyond ±(2^53-1): the double it names, if it names
+/// one exactly or in that double's canonical spelling.
+fn big_integer(v: i128) -> Option<Number> {
+    // Integer-to-float `as` rounds to nearest, ties to even: the double a
+    // JSON parser reads for these digits. Every i64/u64 is inside f64's
+    // range, and `f as i128` is exact for such an integral double.
+    let f = v as f64;
+    let exact = f as i128 == v;
+    (exact || canonical::es_number(f) == v.to_string())
+        .then(|| Number::from_f64(f))
+        .flatten()
 }
 
 /// A payload rule broken at a path, built from the leaf up so the happy
