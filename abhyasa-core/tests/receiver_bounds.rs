@@ -30,7 +30,7 @@ fn revoke_at(id: &str, created_secs: f64, deadline: i64) -> Obligation {
 }
 
 fn one_ack(out: &[Transmit]) -> abhyasa_core::CustodyAck {
-    match &out[..] {
+    match out {
         [Transmit {
             message: Message::Acks(a),
             ..
