@@ -406,3 +406,88 @@ async fn c_ab2_3_restart_resumes_remaining_window_and_discharges_after_heal() {
     alice.shutdown().await.unwrap();
     bob.shutdown().await.unwrap();
 }
+
+// C-ND-5: compaction is one input the node runs on its schedule: the
+// custodian's terminal summaries, the receiver's ledger and both stores
+// drop the same entries (past deadline + retention), and keep the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_nd_5_scheduled_compaction_drops_the_same_entries_in_memory_and_store() {
+    let net = MemNetwork::new(13);
+    let policy = abhyasa::CompactionPolicy::new(Duration::from_secs(1), Duration::from_millis(200));
+    let mut oa = options("alice");
+    oa.compaction = policy;
+    let mut ob_ = options("bob");
+    ob_.compaction = policy;
+    let (sa, sb) = (Shared::default(), Shared::default());
+    let alice = node_with(&net, oa, Box::new(sa.clone())).await;
+    let bob = node_with(&net, ob_, Box::new(sb.clone())).await;
+    let short = revoke(&alice, "short", "s1", 2);
+    let long = revoke(&alice, "long", "s2", 60);
+    for ob in [&short, &long] {
+        alice.offer(ob.clone()).await.unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(10), alice.outcome(ob.id()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.state, TerminalState::Applied);
+    }
+    let applied = |v: &abhyasa::StatusView| v.custodian.as_deref() == Some("applied");
+    let held = |v: &abhyasa::StatusView| v.receiver == vec![(agent("alice"), "applied".into())];
+    // Before the short deadline + retention: held everywhere.
+    assert!(applied(&alice.status(short.id()).await.unwrap()));
+    assert!(held(&bob.status(short.id()).await.unwrap()));
+    assert!(sa
+        .load()
+        .unwrap()
+        .custodian
+        .terminal
+        .contains_key(short.id()));
+    let ledger_ids = |s: &Shared| -> HashSet<String> {
+        s.load()
+            .unwrap()
+            .receiver
+            .ledger
+            .keys()
+            .map(|(_, id)| id.to_string())
+            .collect()
+    };
+    assert_eq!(ledger_ids(&sb).len(), 2);
+    // After it (2 s + 1 s, and a schedule turn): gone from the machines
+    // (status no longer knows it) and from the stores, with no call to
+    // `compact` from here.
+    let mut gone = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let a = alice.status(short.id()).await.unwrap();
+        let b = bob.status(short.id()).await.unwrap();
+        if a.custodian.is_none() && b.receiver.is_empty() {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the schedule compacted the machines");
+    // The store compaction is queued behind the machines'; give it a turn.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let terminal: Vec<String> = sa
+        .load()
+        .unwrap()
+        .custodian
+        .terminal
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(terminal, vec!["long".to_string()], "custodian store");
+    assert_eq!(
+        ledger_ids(&sb),
+        HashSet::from(["long".to_string()]),
+        "receiver store"
+    );
+    // The long-deadline obligation is kept by machines and stores alike.
+    assert!(applied(&alice.status(long.id()).await.unwrap()));
+    assert!(held(&bob.status(long.id()).await.unwrap()));
+    // An explicit run reports what each part dropped (nothing new here).
+    let r = alice.compact(Duration::from_secs(1)).await.unwrap();
+    assert_eq!((r.custodian_terminal, r.store.terminal), (0, 0));
+    alice.shutdown().await.unwrap();
+    bob.shutdown().await.unwrap();
+}
