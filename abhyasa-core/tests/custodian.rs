@@ -185,9 +185,11 @@ fn max_retries_bounds_total_attempts() {
         .unwrap();
     d.c.offer(T0, ob.clone()).unwrap();
     let sent = d.run_dead_until(at(100.0));
-    // The schedule spans the deadline exactly: 1 + 10 attempts at t = 0..10,
-    // and the deadline (t = 10) ends custody before an 11th retry.
-    assert!(sent <= 11, "sent {sent}");
+    // The schedule spans the deadline exactly: attempts at t = 0, 1, ..., 9
+    // (the first and nine retries); the deadline at t = 10 ends custody
+    // before a further retry. Exact counts, so one attempt too few (a
+    // schedule that stops early) fails as surely as one too many.
+    assert_eq!(sent, 10, "obligation transmits");
     let ev = d.custodian_events();
     let esc = ev
         .iter()
@@ -196,7 +198,8 @@ fn max_retries_bounds_total_attempts() {
             _ => None,
         })
         .unwrap();
-    assert!(esc.attempts <= 11);
+    assert_eq!(esc.attempts, 10);
+    assert_eq!(esc.trigger, EscalationTrigger::Deadline);
 
     // With the smallest coherent bound (max_retries = deadline at a 1 s
     // cap) the deadline still binds: attempts at t = 0..99, never more

@@ -10,6 +10,10 @@
 //! store = "redb"                  # "redb" (default) or "sled"
 //! store_path = "store.redb"       # relative to the node directory
 //! retention_seconds = 604800      # terminal records kept this long (7 days)
+//! compaction_interval_seconds = 3600 # how often they are compacted (0: never)
+//! max_created_at_skew_seconds = 60   # receiver: created_at at most this far ahead
+//! max_deadline_seconds = 2592000  # receiver: longest deadline accepted (30 days)
+//! ledger_quota = 1000000          # receiver: ledger entries held per custodian
 //! max_pending = 1000000           # admission bound on pending obligations
 //! skew_margin_ms = 2000           # receiver clock-skew margin
 //! backoff_base_ms = 1000          # retry backoff: first interval
@@ -57,6 +61,14 @@ pub(crate) struct NodeConfig {
     pub(crate) store_path: Option<String>,
     #[serde(default = "d_retention")]
     pub(crate) retention_seconds: u64,
+    #[serde(default = "d_compaction_interval")]
+    pub(crate) compaction_interval_seconds: u64,
+    #[serde(default = "d_max_created_at_skew")]
+    pub(crate) max_created_at_skew_seconds: u64,
+    #[serde(default = "d_max_deadline")]
+    pub(crate) max_deadline_seconds: u64,
+    #[serde(default = "d_ledger_quota")]
+    pub(crate) ledger_quota: usize,
     #[serde(default = "d_max_pending")]
     pub(crate) max_pending: usize,
     #[serde(default = "d_skew")]
@@ -100,7 +112,26 @@ fn d_store() -> String {
     "redb".into()
 }
 fn d_retention() -> u64 {
-    7 * 24 * 3600
+    abhyasa::CompactionPolicy::DEFAULT_RETENTION.as_secs()
+}
+fn d_compaction_interval() -> u64 {
+    abhyasa::CompactionPolicy::DEFAULT_INTERVAL.as_secs()
+}
+// The receiver bounds default to `ReceiverConfig::new`'s, so a node run
+// from the CLI and an embedded one hold the same.
+fn receiver_defaults() -> abhyasa_core::custody::ReceiverConfig {
+    abhyasa_core::custody::ReceiverConfig::new(
+        AgentId::new("defaults").unwrap_or_else(|_| unreachable!("a valid agent id")),
+    )
+}
+fn d_max_created_at_skew() -> u64 {
+    receiver_defaults().max_created_at_skew.as_secs()
+}
+fn d_max_deadline() -> u64 {
+    receiver_defaults().max_deadline.as_secs()
+}
+fn d_ledger_quota() -> usize {
+    receiver_defaults().ledger_quota
 }
 fn d_max_pending() -> usize {
     1_000_000
@@ -228,6 +259,12 @@ impl NodeConfig {
         if self.max_pending == 0 {
             return Err(bad("max_pending", "must be positive".into()));
         }
+        if self.ledger_quota == 0 {
+            return Err(bad("ledger_quota", "must be positive".into()));
+        }
+        if self.max_deadline_seconds == 0 {
+            return Err(bad("max_deadline_seconds", "must be positive".into()));
+        }
         if self.card_deadline_seconds == 0 {
             return Err(bad("card_deadline_seconds", "must be positive".into()));
         }
@@ -298,6 +335,18 @@ impl Resolved {
         }
     }
 
+    /// C-ND-5: the compaction schedule and the receiver's bounds, from the
+    /// config, onto the node options.
+    pub(crate) fn apply_limits(&self, o: &mut abhyasa::NodeOptions) {
+        o.compaction = abhyasa::CompactionPolicy::new(
+            Duration::from_secs(self.raw.retention_seconds),
+            Duration::from_secs(self.raw.compaction_interval_seconds),
+        );
+        o.receiver.max_created_at_skew = Duration::from_secs(self.raw.max_created_at_skew_seconds);
+        o.receiver.max_deadline = Duration::from_secs(self.raw.max_deadline_seconds);
+        o.receiver.ledger_quota = self.raw.ledger_quota;
+    }
+
     /// The endpoint advertised in the AgentCard.
     pub(crate) fn endpoint(&self) -> String {
         self.raw
@@ -317,6 +366,12 @@ mod tests {
         let c = NodeConfig::parse("agent = \"a\"\n", p).expect("parses");
         assert_eq!(c.store, "redb");
         assert_eq!(c.max_pending, 1_000_000);
+        // C-ND-5 defaults: documented in the module docs.
+        assert_eq!(c.retention_seconds, 604_800);
+        assert_eq!(c.compaction_interval_seconds, 3600);
+        assert_eq!(c.max_created_at_skew_seconds, 60);
+        assert_eq!(c.max_deadline_seconds, 2_592_000);
+        assert_eq!(c.ledger_quota, 1_000_000);
         let e = NodeConfig::parse("agent = \"a\"\nbogus_key = 1\n", p).expect_err("rejected");
         assert!(e.contains("bogus_key") && !e.contains('\n'), "{e}");
         let e = NodeConfig::parse("agent = \"a\"\nmax_pending = \"x\"\n", p).expect_err("bad");

@@ -68,6 +68,11 @@ pub(crate) enum Command {
     Metrics {
         reply: oneshot::Sender<MetricsSnapshot>,
     },
+    /// C-ND-5: compaction is an input (see `compaction.rs`).
+    Compact {
+        retention: std::time::Duration,
+        reply: oneshot::Sender<crate::compaction::Started>,
+    },
     Shutdown {
         reply: oneshot::Sender<()>,
     },
@@ -623,6 +628,10 @@ impl Driver {
                 self.metrics
                     .absorb_custodian(self.custodian.stats(), self.custodian.pending_len());
                 let _ = reply.send(self.metrics.clone());
+            }
+            Command::Compact { retention, reply } => {
+                let (c, r) = (&mut self.custodian, &mut self.receiver);
+                let _ = reply.send(crate::compaction::start(now, retention, c, r, &self.store));
             }
             Command::Shutdown { reply } => {
                 self.shutdown = Some(reply);

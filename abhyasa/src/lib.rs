@@ -11,9 +11,11 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod compaction;
 mod driver;
 pub mod metrics;
 mod node;
 mod store_thread;
 
+pub use compaction::{CompactionPolicy, CompactionReport};
 pub use node::{Node, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};

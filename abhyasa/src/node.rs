@@ -10,9 +10,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::principal::{Authorization, Resolution};
-use abhyasa_core::store::{
-    Compacted, DurableState, EventId, Inbox, Store, StoreError, StoredEvent,
-};
+use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
 use abhyasa_core::{
     AgentId, DeclineReason, Escalation, GovernedKey, GuardOutcome, Obligation, ObligationId,
     OfferError, Sequence, Timestamp,
@@ -45,6 +43,9 @@ pub struct NodeOptions {
     /// simulated executor, and what depends on it is still released only
     /// on a later turn of the driver's loop.
     pub inline_store: bool,
+    /// Retention and schedule of compaction (C-ND-5; see
+    /// [`crate::compaction`]).
+    pub compaction: crate::compaction::CompactionPolicy,
 }
 
 impl NodeOptions {
@@ -59,6 +60,7 @@ impl NodeOptions {
             clock: Arc::new(SystemClock),
             max_batch_inputs: 4096,
             inline_store: false,
+            compaction: crate::compaction::CompactionPolicy::default(),
         }
     }
 }
@@ -225,6 +227,7 @@ impl Node {
             options.max_batch_inputs.max(1),
         );
         tokio::spawn(driver.run());
+        crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {
             agent,
             commands: cmd_tx,
@@ -380,10 +383,14 @@ impl Node {
         self.query(|r| Query::Events(from, limit, r)).await
     }
 
-    /// Compacts what is past `retention`.
-    pub async fn compact(&self, retention: Duration) -> Result<Compacted, NodeError> {
-        let now = self.now();
-        self.query(|r| Query::Compact(now, retention, r)).await
+    /// Compacts what is past `retention` now, from the custodian, the
+    /// receiver and the store alike (the node also does this on its
+    /// schedule, [`NodeOptions::compaction`]).
+    pub async fn compact(
+        &self,
+        retention: Duration,
+    ) -> Result<crate::compaction::CompactionReport, NodeError> {
+        crate::compaction::run(&self.commands, retention).await
     }
 
     /// Stops the node after flushing what is in flight.

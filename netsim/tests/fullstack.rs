@@ -124,9 +124,41 @@ fn crash_storm_loses_nothing_and_applies_nothing_twice() {
 
 #[test]
 fn supersession_race_never_regresses() {
-    let r = run(&short("supersession-race", 150), 6);
+    // QUIC carries frames in order on one stream, so the shipped link
+    // faults alone never reorder a burst; outages that outlast the
+    // connection drop queued frames, and the jittered retries that follow
+    // race the burst's sequences against each other at the receiver.
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/supersession-race.toml"),
+    )
+    .unwrap();
+    let toml = format!(
+        "{base}\n[[partition]]\nbetween = [\"custodians\", \"receivers\"]\nat = \"3s\"\nduration = \"30s\"\nflap = {{ down = \"4s\", up = \"2s\" }}\n"
+    );
+    let mut s = Scenario::from_toml(&toml).unwrap();
+    s.workload.obligations = s.workload.obligations.min(150);
+    let r = run(&s, 6);
     assert!(r.custody > 0, "{r}");
     assert!(r.outcomes.applied > 0, "{r}");
+    // C-SS-2: the race happened: an older sequence reached the receiver
+    // after a newer one on its key and was declined `superseded`, so the
+    // no-regression check above had something to check.
+    assert!(r.outcomes.declined_superseded > 0, "{r}");
+    // ... and without the receiver's guard the same run regresses (the
+    // checker sees an older sequence applied after a newer one).
+    use abhyasa_core::mutations::{with, Mutation};
+    let broken = with(&[Mutation::SupersessionGuardOff], || {
+        run_scenario(&s, 6).unwrap()
+    });
+    assert_eq!(broken.outcomes.declined_superseded, 0, "{broken}");
+    assert!(
+        broken
+            .violations
+            .iter()
+            .any(|v| v.invariant == "supersession"),
+        "{broken}\n{:#?}",
+        broken.violations
+    );
 }
 
 // The checker is not vacuous: a receiver whose `applied` ledger record

@@ -42,15 +42,33 @@ pub struct ReceiverConfig {
     pub skew_margin: Duration,
     /// This process incarnation, echoed in acks.
     pub instance: Option<String>,
+    /// C-ND-5: an obligation whose `created_at` is further ahead of this
+    /// receiver's clock than this is declined (`policy`, the text says
+    /// why) and nothing is kept: a peer cannot stretch how long we hold
+    /// its ledger entry by dating obligations into the future.
+    pub max_created_at_skew: Duration,
+    /// C-ND-5: an obligation whose deadline is longer than this is declined
+    /// (`policy`) and nothing is kept: its ledger entry would be retained
+    /// until the deadline plus retention.
+    pub max_deadline: Duration,
+    /// C-ND-5: most ledger entries retained per custodian (decided and
+    /// undecided, until compaction drops them). Beyond it a new obligation
+    /// gets an `overloaded` error frame and nothing is kept; the custodian
+    /// keeps custody and retries on its schedule.
+    pub ledger_quota: usize,
 }
 
 impl ReceiverConfig {
-    /// Defaults: 2 s skew margin.
+    /// Defaults: 2 s skew margin; `created_at` at most 60 s ahead; deadlines
+    /// up to 30 days; 1,000,000 ledger entries per custodian.
     pub fn new(agent: AgentId) -> Self {
         Self {
             agent,
             skew_margin: Duration::from_secs(2),
             instance: None,
+            max_created_at_skew: Duration::from_secs(60),
+            max_deadline: Duration::from_secs(30 * 24 * 3600),
+            ledger_quota: 1_000_000,
         }
     }
 }
@@ -194,6 +212,8 @@ pub struct Receiver {
     config: ReceiverConfig,
     registry: PolarityRegistry,
     ledger: HashMap<LedgerKey, Entry>,
+    /// Ledger entries held per custodian (C-ND-5 quota).
+    held: HashMap<AgentId, usize>,
     key_seq: HashMap<GovernedKey, (Sequence, ObligationId)>,
     effects: BTreeMap<String, EffectValue>,
     outbox: Outbox<Transmit, ReceiverEvent>,
@@ -207,6 +227,7 @@ impl Receiver {
             config,
             registry,
             ledger: HashMap::new(),
+            held: HashMap::new(),
             key_seq: HashMap::new(),
             effects: BTreeMap::new(),
             outbox: Outbox::default(),
@@ -225,7 +246,7 @@ impl Receiver {
     ) -> Self {
         let mut r = Self::new(config, registry);
         for (key, l) in &snapshot.ledger {
-            r.ledger.insert(
+            r.insert_entry(
                 key.clone(),
                 Entry {
                     digest: l.digest,
@@ -268,7 +289,7 @@ impl Receiver {
                 deadline_at: ob.deadline_at(),
                 obligation: Some(ob.clone()),
             };
-            r.ledger.insert(
+            r.insert_entry(
                 key,
                 Entry {
                     digest: ob.digest(),
@@ -315,6 +336,40 @@ impl Receiver {
     /// Ledger entries held.
     pub fn ledger_len(&self) -> usize {
         self.ledger.len()
+    }
+
+    /// Ledger entries held for `custodian` (what its quota counts).
+    pub fn ledger_held(&self, custodian: &AgentId) -> usize {
+        self.held.get(custodian).copied().unwrap_or(0)
+    }
+
+    fn insert_entry(&mut self, key: LedgerKey, e: Entry) {
+        let custodian = key.0.clone();
+        if self.ledger.insert(key, e).is_none() {
+            *self.held.entry(custodian).or_insert(0) += 1;
+        }
+    }
+
+    /// C-ND-5: why `ob` from an authenticated peer is refused before it
+    /// may occupy the ledger (a stateless `policy` decline), if it is.
+    fn out_of_bounds(&self, now: Timestamp, ob: &Obligation) -> Option<String> {
+        let ahead = ob.created_at().saturating_duration_since(now);
+        if ahead > self.config.max_created_at_skew {
+            return Some(format!(
+                "created_at {} is {} s ahead of this receiver's clock (at most {} s accepted)",
+                ob.created_at(),
+                ahead.as_secs(),
+                self.config.max_created_at_skew.as_secs()
+            ));
+        }
+        if ob.deadline_seconds() > self.config.max_deadline.as_secs() {
+            return Some(format!(
+                "deadline of {} s exceeds this receiver's maximum of {} s",
+                ob.deadline_seconds(),
+                self.config.max_deadline.as_secs()
+            ));
+        }
+        None
     }
 
     fn ack(
@@ -423,6 +478,47 @@ impl Receiver {
                     return Received::Duplicate(e.outcome);
                 }
                 LedgerOutcome::Deferred => previously_deferred = true,
+            }
+        }
+        if !previously_deferred {
+            // C-ND-5: a new entry only within bounds. These declines keep
+            // nothing (no ledger entry, no commit): the check is a pure
+            // function of the obligation and the clock, so a redelivery
+            // gets the same answer without the receiver remembering it.
+            if let Some(why) = self.out_of_bounds(now, &ob) {
+                let ack = self.ack(
+                    now,
+                    &id,
+                    ob.digest(),
+                    AckStatus::Declined,
+                    Some(DeclineReason::Policy),
+                    Some(why),
+                );
+                self.send_ack(from, ack);
+                self.outbox.event(ReceiverEvent::Declined {
+                    custodian: from.clone(),
+                    obligation_id: id,
+                    reason: DeclineReason::Policy,
+                });
+                return Received::Declined(DeclineReason::Policy);
+            }
+            let held = self.ledger_held(from);
+            if held >= self.config.ledger_quota {
+                let err = ProtocolError {
+                    code: ErrorCode::Overloaded,
+                    obligation_id: Some(id),
+                    digest: Some(ob.digest()),
+                    message: format!(
+                        "ledger quota reached: {held} entries held for custodian {from} \
+                         (at most {}); retry later",
+                        self.config.ledger_quota
+                    ),
+                };
+                self.outbox.transmit(Transmit {
+                    to: from.clone(),
+                    message: Message::Error(err.clone()),
+                });
+                return Received::Rejected(err);
             }
         }
         self.decide(now, from, ob, applier, previously_deferred)
@@ -540,7 +636,7 @@ impl Receiver {
                     intent: intent.clone(),
                     recorded_at: now,
                 })));
-                self.ledger.insert(
+                self.insert_entry(
                     (from.clone(), ob.id().clone()),
                     Entry {
                         digest: ob.digest(),
@@ -660,7 +756,7 @@ impl Receiver {
             LedgerOutcome::Deferred | LedgerOutcome::OutcomeUnknown
         );
         let keep = undecided.then(|| ob.clone());
-        self.ledger.insert(
+        self.insert_entry(
             (from.clone(), ob.id().clone()),
             Entry {
                 digest: ob.digest(),
@@ -804,12 +900,21 @@ impl Receiver {
     /// Drops decided ledger entries whose deadline is older than `before`
     /// (retention). A redelivery after that is past its deadline and is
     /// declined `expired`, so compaction never enables a second application.
+    /// The per-custodian quota counts follow (C-ND-5).
     pub fn compact(&mut self, before: Timestamp) -> usize {
         let n = self.ledger.len();
-        self.ledger.retain(|_, e| {
-            e.deadline_at >= before
-                || !matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)
+        let held = &mut self.held;
+        self.ledger.retain(|(custodian, _), e| {
+            let keep = e.deadline_at >= before
+                || !matches!(e.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined);
+            if !keep {
+                if let Some(h) = held.get_mut(custodian) {
+                    *h = h.saturating_sub(1);
+                }
+            }
+            keep
         });
+        held.retain(|_, h| *h > 0);
         n - self.ledger.len()
     }
 

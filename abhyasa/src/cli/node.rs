@@ -68,6 +68,7 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     options.custodian.seed = cfg.raw.seed;
     options.custodian.max_pending = cfg.raw.max_pending;
     options.receiver.skew_margin = Duration::from_millis(cfg.raw.skew_margin_ms);
+    cfg.apply_limits(&mut options);
 
     // Rows moved aside by `abhyasa store quarantine` are not custody the
     // node resumes: say so on every start until someone looks at them.
@@ -120,18 +121,6 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     let peers = std::sync::Arc::new(cfg.peers.iter().map(|p| p.pin.agent.clone()).collect());
     let control_task = tokio::spawn(control::serve(listener, node.clone(), peers));
     let events_task = tokio::spawn(log_events(node.subscribe()));
-    let retention = Duration::from_secs(cfg.raw.retention_seconds);
-    let compact_node = node.clone();
-    let compact_task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(3600));
-        loop {
-            tick.tick().await;
-            match compact_node.compact(retention).await {
-                Ok(c) => tracing::debug!(?c, "compacted"),
-                Err(e) => tracing::warn!(error = %e, "compaction failed"),
-            }
-        }
-    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("signal handler: {e}"))?;
@@ -140,7 +129,6 @@ async fn serve(a: RunArgs) -> Result<(), String> {
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
     }
     control_task.abort();
-    compact_task.abort();
     drop(socket);
     let result = node.shutdown().await.map_err(|e| format!("shutdown: {e}"));
     events_task.abort();
