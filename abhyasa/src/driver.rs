@@ -19,6 +19,7 @@ use abhyasa_transport::{Incoming, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::clock::Clock;
+use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
 use crate::node::{NodeError, NodeEvent, Outcome, StatusView};
 use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
@@ -27,6 +28,8 @@ use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 const STATUS_QUERY_CHUNK: usize = 512;
 /// Full outcomes kept for callers that ask after the transfer ended.
 const RECENT_OUTCOMES: usize = 65_536;
+/// Outcome waiters tolerated before the first sweep of abandoned ones.
+const OUTCOME_WAITERS_FLOOR: usize = 1024;
 
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -89,6 +92,12 @@ pub(crate) struct Driver {
     events: broadcast::Sender<NodeEvent>,
     offer_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
     outcome_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
+    /// Senders in `outcome_waiters` (live or abandoned).
+    outcome_waiter_count: usize,
+    /// Sweep abandoned outcome waiters when the count passes this.
+    outcome_sweep_at: usize,
+    /// Replies held until their records commit (C-ND-2).
+    gate: ReplyGate,
     recent: HashMap<ObligationId, Outcome>,
     recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
@@ -129,6 +138,9 @@ impl Driver {
             events,
             offer_waiters: HashMap::new(),
             outcome_waiters: HashMap::new(),
+            outcome_waiter_count: 0,
+            outcome_sweep_at: OUTCOME_WAITERS_FLOOR,
+            gate: ReplyGate::default(),
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
@@ -155,6 +167,7 @@ impl Driver {
         // Fail the waiters rather than leave them hanging.
         self.offer_waiters.clear();
         self.outcome_waiters.clear();
+        self.gate.fail_all();
         let _ = self.store.send(Job::Stop);
         if let Some(j) = self.store_join.take() {
             let _ = tokio::task::spawn_blocking(move || j.join()).await;
@@ -202,10 +215,9 @@ impl Driver {
                         }
                     }
                 }
-                _ = sleep_until(timer), if timer.is_some() => {
-                    let now = self.now();
-                    self.custodian.handle_timeout(now);
-                }
+                // Wakes an idle loop; the timers themselves are served
+                // below, on every turn.
+                _ = sleep_until(timer), if timer.is_some() => {}
             }
             // Group commit: fold whatever else is ready into this batch.
             let mut n = 0;
@@ -226,7 +238,19 @@ impl Driver {
                     Err(_) => break,
                 }
             }
+            // C-ND-3: due timers are served on every turn, whatever else
+            // was ready, so a flood of commands, frames or commits can
+            // never hold a retry or an escalation past its deadline.
+            self.serve_timers();
             self.pump();
+        }
+    }
+
+    /// Runs the custodian's timers that are due now.
+    fn serve_timers(&mut self) {
+        let now = self.now();
+        if self.custodian.poll_timeout().is_some_and(|t| t <= now) {
+            self.custodian.handle_timeout(now);
         }
     }
 
@@ -252,6 +276,8 @@ impl Driver {
             let c = self.custodian.poll_records();
             let r = self.receiver.poll_records();
             if c.is_some() || r.is_some() {
+                let records = c.as_ref().map_or(0, |b| b.records.len())
+                    + r.as_ref().map_or(0, |b| b.records.len());
                 let job = CommitJob {
                     now: self.now(),
                     custodian: c.map(|b| {
@@ -265,6 +291,7 @@ impl Driver {
                 };
                 if self.store.send(Job::Commit(job)).is_ok() {
                     self.in_flight = true;
+                    self.gate.job_sent(records as u64);
                 }
             }
         }
@@ -286,6 +313,9 @@ impl Driver {
         }
         if let Some(t) = d.receiver {
             self.receiver.handle_committed(t);
+        }
+        for reply in self.gate.job_done() {
+            reply();
         }
         self.pump();
         Ok(())
@@ -407,6 +437,7 @@ impl Driver {
             }
         };
         if let Some(ws) = self.outcome_waiters.remove(&id) {
+            self.outcome_waiter_count = self.outcome_waiter_count.saturating_sub(ws.len());
             for w in ws {
                 let _ = w.send(Ok(outcome.clone()));
             }
@@ -516,13 +547,22 @@ impl Driver {
             Command::Offer { obligation, reply } => {
                 let id = obligation.id().clone();
                 match self.custodian.offer(now, obligation) {
-                    Ok(o @ (Offered::Custody { .. } | Offered::BestEffort)) => {
+                    Ok(Offered::Custody { .. } | Offered::BestEffort) => {
                         // Answered once the record is durable.
-                        let _ = o;
+                        self.offer_waiters.entry(id).or_default().push(reply);
+                    }
+                    Ok(Offered::AlreadyPending) if self.offer_waiters.contains_key(&id) => {
+                        // The first offer's record is still in flight: a
+                        // retrying caller gets the first offer's answer,
+                        // when (and only if) it commits (C-ND-2).
                         self.offer_waiters.entry(id).or_default().push(reply);
                     }
                     Ok(other) => {
-                        let _ = reply.send(Ok(other));
+                        // Pending (durable: its first answer went out) or
+                        // terminal (its close may still be in flight).
+                        self.after_commit(Box::new(move || {
+                            let _ = reply.send(Ok(other));
+                        }));
                     }
                     Err(e) => {
                         tracing::info!(%id, error = %e, "offer refused");
@@ -534,14 +574,18 @@ impl Driver {
                 if let Some(o) = self.recent.get(&id) {
                     let _ = reply.send(Ok(o.clone()));
                 } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
-                    self.outcome_waiters.entry(id).or_default().push(reply);
+                    self.add_outcome_waiter(id, reply);
                 } else if let Some(t) = self.custodian.terminal(&id) {
-                    let _ = reply.send(Ok(Outcome {
+                    let o = Outcome {
                         obligation_id: id,
                         state: t.state,
                         attempts: (t.state == TerminalState::BestEffort).then_some(1),
                         reason: None,
                         escalation: None,
+                    };
+                    // Only a durable terminal state is reported (C-ND-2).
+                    self.after_commit(Box::new(move || {
+                        let _ = reply.send(Ok(o));
                     }));
                 } else {
                     let _ = reply.send(Err(NodeError::Unknown(format!("obligation {id}"))));
@@ -568,13 +612,17 @@ impl Driver {
                         receiver.push((peer, s));
                     }
                 }
-                let _ = reply.send(StatusView {
+                let view = StatusView {
                     obligation_id: id.clone(),
                     custodian,
                     attempts: self.custodian.attempts(&id),
                     deadline_at: self.custodian.pending_deadline(&id),
                     receiver,
-                });
+                };
+                // What the view says is durable before it is shown (C-ND-2).
+                self.after_commit(Box::new(move || {
+                    let _ = reply.send(view);
+                }));
             }
             Command::Decide {
                 key,
@@ -582,7 +630,11 @@ impl Driver {
                 sequence,
                 reply,
             } => {
-                let _ = reply.send(self.custodian.decide(now, &key, state, sequence));
+                let g = self.custodian.decide(now, &key, state, sequence);
+                // C-ND-2: answered once its `Record::Principal` commits.
+                self.after_commit(Box::new(move || {
+                    let _ = reply.send(g);
+                }));
             }
             Command::Resolve {
                 id,
@@ -593,7 +645,7 @@ impl Driver {
                     .custodian
                     .resolve_decision(now, &id, resolution)
                     .ok_or_else(|| NodeError::Unknown(format!("decision item {id}")));
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::Complete {
                 custodian,
@@ -605,7 +657,7 @@ impl Driver {
                     .receiver
                     .complete_deferred(now, &custodian, &id, decision)
                     .map_err(NodeError::from);
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::External {
                 custodian,
@@ -617,11 +669,13 @@ impl Driver {
                     .receiver
                     .handle_external_outcome(now, &custodian, &id, outcome)
                     .map_err(NodeError::from);
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::Metrics { reply } => {
                 self.metrics
                     .absorb_custodian(self.custodian.stats(), self.custodian.pending_len());
+                self.metrics.outcome_waiters = self.outcome_waiter_count as u64;
+                self.metrics.replies_held = self.gate.held() as u64;
                 let _ = reply.send(self.metrics.clone());
             }
             Command::Shutdown { reply } => {
@@ -630,6 +684,53 @@ impl Driver {
             }
         }
         true
+    }
+}
+
+impl Driver {
+    /// Sends `reply` once every record emitted so far is durable (C-ND-2).
+    fn after_commit(&mut self, reply: Held) {
+        let uncommitted =
+            self.custodian.uncommitted_records() + self.receiver.uncommitted_records();
+        self.gate.hold(uncommitted, reply);
+    }
+
+    /// A success waits for its records; a refusal changed nothing and is
+    /// answered at once.
+    fn reply_after_commit<T: Send + 'static>(
+        &mut self,
+        reply: oneshot::Sender<Result<T, NodeError>>,
+        r: Result<T, NodeError>,
+    ) {
+        match r {
+            Ok(v) => self.after_commit(Box::new(move || {
+                let _ = reply.send(Ok(v));
+            })),
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Registers an outcome waiter. A caller that gives up drops its
+    /// receiver; abandoned senders are swept whenever the count doubles
+    /// past the last sweep, so they cost amortised O(1) and never pile up
+    /// (C-ND-5).
+    fn add_outcome_waiter(
+        &mut self,
+        id: ObligationId,
+        reply: oneshot::Sender<Result<Outcome, NodeError>>,
+    ) {
+        self.outcome_waiters.entry(id).or_default().push(reply);
+        self.outcome_waiter_count += 1;
+        if self.outcome_waiter_count > self.outcome_sweep_at {
+            self.outcome_waiters.retain(|_, ws| {
+                ws.retain(|w| !w.is_closed());
+                !ws.is_empty()
+            });
+            self.outcome_waiter_count = self.outcome_waiters.values().map(Vec::len).sum();
+            self.outcome_sweep_at = (2 * self.outcome_waiter_count).max(OUTCOME_WAITERS_FLOOR);
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod clock;
 mod driver;
+mod gate;
 pub mod metrics;
 mod node;
 mod store_thread;

@@ -95,6 +95,12 @@ pub struct MetricsSnapshot {
     pub commit_latency_us: Histogram,
     /// Offer-to-applied latency, microseconds.
     pub ack_latency_us: Histogram,
+    /// Callers waiting in `outcome()` (abandoned ones are swept).
+    #[serde(default)]
+    pub outcome_waiters: u64,
+    /// Replies held until their records commit.
+    #[serde(default)]
+    pub replies_held: u64,
 }
 
 impl MetricsSnapshot {
