@@ -11,12 +11,12 @@
 
 use std::collections::VecDeque;
 
-/// A reply to send once its commit is durable.
-pub(crate) type Held = Box<dyn FnOnce() + Send>;
+/// A reply to send once its commit is durable; it reads the context `C`
+/// (the driver) when it is sent, so it can report what the commit released.
+pub(crate) type Held<C> = Box<dyn FnOnce(&C) + Send>;
 
 /// Counts commit jobs and holds replies behind them.
-#[derive(Default)]
-pub(crate) struct ReplyGate {
+pub(crate) struct ReplyGate<C> {
     /// Commit jobs handed to the store.
     sent: u64,
     /// Commit jobs that returned durable.
@@ -24,10 +24,21 @@ pub(crate) struct ReplyGate {
     /// Records in the job in flight (0 when none is).
     in_flight_records: u64,
     /// Replies in commit order: `(job number that releases it, reply)`.
-    held: VecDeque<(u64, Held)>,
+    held: VecDeque<(u64, Held<C>)>,
 }
 
-impl std::fmt::Debug for ReplyGate {
+impl<C> Default for ReplyGate<C> {
+    fn default() -> Self {
+        Self {
+            sent: 0,
+            done: 0,
+            in_flight_records: 0,
+            held: VecDeque::new(),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for ReplyGate<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplyGate")
             .field("sent", &self.sent)
@@ -37,7 +48,7 @@ impl std::fmt::Debug for ReplyGate {
     }
 }
 
-impl ReplyGate {
+impl<C> ReplyGate<C> {
     /// A commit job of `records` records was handed to the store.
     pub(crate) fn job_sent(&mut self, records: u64) {
         self.sent += 1;
@@ -45,7 +56,7 @@ impl ReplyGate {
     }
 
     /// The job in flight committed: the replies it releases, in order.
-    pub(crate) fn job_done(&mut self) -> Vec<Held> {
+    pub(crate) fn job_done(&mut self) -> Vec<Held<C>> {
         self.done = self.sent;
         self.in_flight_records = 0;
         let mut out = Vec::new();
@@ -57,14 +68,14 @@ impl ReplyGate {
         out
     }
 
-    /// Sends `reply` now if `uncommitted` (records emitted and not yet
-    /// durable, both machines) is zero; otherwise holds it until the job
-    /// that will contain the newest of them commits: the one in flight if
-    /// every uncommitted record is in it, else the next one.
-    pub(crate) fn hold(&mut self, uncommitted: u64, reply: Held) {
+    /// Gives `reply` back to be sent now if `uncommitted` (records emitted
+    /// and not yet durable, both machines) is zero; otherwise holds it
+    /// until the job that will contain the newest of them commits: the one
+    /// in flight if every uncommitted record is in it, else the next one.
+    #[must_use]
+    pub(crate) fn hold(&mut self, uncommitted: u64, reply: Held<C>) -> Option<Held<C>> {
         if uncommitted == 0 {
-            reply();
-            return;
+            return Some(reply);
         }
         let in_flight = self.sent > self.done;
         let job = if in_flight && uncommitted <= self.in_flight_records {
@@ -73,6 +84,7 @@ impl ReplyGate {
             self.sent + 1
         };
         self.held.push_back((job, reply));
+        None
     }
 
     /// Replies waiting for a commit.
@@ -93,15 +105,21 @@ mod tests {
 
     use super::*;
 
-    fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Held) {
+    fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Held<()>) {
         let n = Arc::new(AtomicUsize::new(0));
         let m = n.clone();
         (n, move || {
             let m = m.clone();
-            Box::new(move || {
+            Box::new(move |_: &()| {
                 m.fetch_add(1, Ordering::SeqCst);
             })
         })
+    }
+
+    fn hold(g: &mut ReplyGate<()>, uncommitted: u64, r: Held<()>) {
+        if let Some(r) = g.hold(uncommitted, r) {
+            r(&());
+        }
     }
 
     // C-ND-2: a reply behind unpolled records waits for the next job, not
@@ -110,25 +128,25 @@ mod tests {
     fn c_nd_2_reply_waits_for_the_job_holding_its_records() {
         let (n, make) = counter();
         let mut g = ReplyGate::default();
-        g.hold(0, make());
+        hold(&mut g, 0, make());
         assert_eq!(n.load(Ordering::SeqCst), 1, "nothing uncommitted: at once");
         g.job_sent(3);
         // Only the in-flight records are uncommitted.
-        g.hold(3, make());
+        hold(&mut g, 3, make());
         // Two more emitted after the job was sent.
-        g.hold(5, make());
+        hold(&mut g, 5, make());
         assert_eq!(n.load(Ordering::SeqCst), 1);
         for r in g.job_done() {
-            r();
+            r(&());
         }
         assert_eq!(n.load(Ordering::SeqCst), 2, "only the in-flight one");
         assert_eq!(g.held(), 1);
         g.job_sent(2);
         for r in g.job_done() {
-            r();
+            r(&());
         }
         assert_eq!(n.load(Ordering::SeqCst), 3);
-        g.hold(1, make());
+        hold(&mut g, 1, make());
         g.fail_all();
         assert_eq!(g.held(), 0);
     }
