@@ -15,8 +15,10 @@
 //!
 //! Each response is one line: `{"ok": true, "result": …}` or
 //! `{"ok": false, "error": {"code": …, "message": …}}` with `code` one of
-//! `bad_request`, `invalid_obligation`, `unreachable`, `refused`, `unknown`, `stopped`,
-//! `internal`. A malformed request gets an error response; the connection
+//! `bad_request`, `invalid_obligation`, `unreachable`, `refused`,
+//! `not_sent` (a best-effort obligation's one send was refused locally),
+//! `backpressure` (the send queue is near its budget; nothing accepted),
+//! `unknown`, `stopped`, `internal`. A malformed request gets an error response; the connection
 //! stays up.
 
 use std::path::Path;
@@ -85,6 +87,8 @@ impl From<NodeError> for ControlError {
     fn from(e: NodeError) -> Self {
         let code = match &e {
             NodeError::Offer(_) => "refused",
+            NodeError::NotSent { .. } => "not_sent",
+            NodeError::Backpressure { .. } => "backpressure",
             NodeError::Unknown(_) => "unknown",
             NodeError::Stopped => "stopped",
             _ => "internal",

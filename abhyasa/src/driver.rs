@@ -15,10 +15,11 @@ use abhyasa_core::wire::{Envelope, Message, ProtocolError};
 use abhyasa_core::{
     AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
 };
-use abhyasa_transport::{Incoming, TransportHandle};
+use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::clock::Clock;
+use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
 use crate::node::{NodeError, NodeEvent, Outcome, StatusView};
 use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
@@ -27,6 +28,8 @@ use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 const STATUS_QUERY_CHUNK: usize = 512;
 /// Full outcomes kept for callers that ask after the transfer ended.
 const RECENT_OUTCOMES: usize = 65_536;
+/// Outcome waiters tolerated before the first sweep of abandoned ones.
+const OUTCOME_WAITERS_FLOOR: usize = 1024;
 
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -94,6 +97,18 @@ pub(crate) struct Driver {
     events: broadcast::Sender<NodeEvent>,
     offer_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
     outcome_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
+    /// Senders in `outcome_waiters` (live or abandoned).
+    outcome_waiter_count: usize,
+    /// Sweep abandoned outcome waiters when the count passes this.
+    outcome_sweep_at: usize,
+    /// Replies held until their records commit (C-ND-2).
+    gate: ReplyGate<Driver>,
+    /// Best-effort obligations whose one send the transport refused, until
+    /// their `BestEffortSent` event answers the offer (C-ND-4).
+    refused_best_effort: HashMap<ObligationId, SendError>,
+    /// First attempts accepted but not yet handed to the transport, in
+    /// bytes, so `offer` pushes back before a send queue overflows.
+    unreleased: Unreleased,
     recent: HashMap<ObligationId, Outcome>,
     recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
@@ -134,6 +149,11 @@ impl Driver {
             events,
             offer_waiters: HashMap::new(),
             outcome_waiters: HashMap::new(),
+            outcome_waiter_count: 0,
+            outcome_sweep_at: OUTCOME_WAITERS_FLOOR,
+            gate: ReplyGate::default(),
+            refused_best_effort: HashMap::new(),
+            unreleased: Unreleased::default(),
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
@@ -160,6 +180,7 @@ impl Driver {
         // Fail the waiters rather than leave them hanging.
         self.offer_waiters.clear();
         self.outcome_waiters.clear();
+        self.gate.fail_all();
         let _ = self.store.send(Job::Stop);
         if let Some(j) = self.store_join.take() {
             let _ = tokio::task::spawn_blocking(move || j.join()).await;
@@ -207,10 +228,9 @@ impl Driver {
                         }
                     }
                 }
-                _ = sleep_until(timer), if timer.is_some() => {
-                    let now = self.now();
-                    self.custodian.handle_timeout(now);
-                }
+                // Wakes an idle loop; the timers themselves are served
+                // below, on every turn.
+                _ = sleep_until(timer), if timer.is_some() => {}
             }
             // Group commit: fold whatever else is ready into this batch.
             let mut n = 0;
@@ -231,7 +251,19 @@ impl Driver {
                     Err(_) => break,
                 }
             }
+            // C-ND-3: due timers are served on every turn, whatever else
+            // was ready, so a flood of commands, frames or commits can
+            // never hold a retry or an escalation past its deadline.
+            self.serve_timers();
             self.pump();
+        }
+    }
+
+    /// Runs the custodian's timers that are due now.
+    fn serve_timers(&mut self) {
+        let now = self.now();
+        if self.custodian.poll_timeout().is_some_and(|t| t <= now) {
+            self.custodian.handle_timeout(now);
         }
     }
 
@@ -257,6 +289,8 @@ impl Driver {
             let c = self.custodian.poll_records();
             let r = self.receiver.poll_records();
             if c.is_some() || r.is_some() {
+                let records = c.as_ref().map_or(0, |b| b.records.len())
+                    + r.as_ref().map_or(0, |b| b.records.len());
                 let job = CommitJob {
                     now: self.now(),
                     custodian: c.map(|b| {
@@ -270,6 +304,7 @@ impl Driver {
                 };
                 if self.store.send(Job::Commit(job)).is_ok() {
                     self.in_flight = true;
+                    self.gate.job_sent(records as u64);
                 }
             }
         }
@@ -292,19 +327,70 @@ impl Driver {
         if let Some(t) = d.receiver {
             self.receiver.handle_committed(t);
         }
+        let replies = self.gate.job_done();
+        // Release first: a held reply may report what this commit released
+        // (an outcome whose event just went out).
         self.pump();
+        for reply in replies {
+            reply(self);
+        }
         Ok(())
     }
 
+    /// Hands a frame to the transport. A frame it refuses was not sent
+    /// (C-ND-4): a custody attempt is counted as refused (the schedule
+    /// retries it), a best-effort obligation's offer is told so.
     fn send(&mut self, t: Transmit) {
-        let env = Envelope::new(self.agent.clone(), t.message);
-        match self.transport.send(&t.to, &env) {
-            Ok(()) => self.metrics.frames_out += 1,
-            Err(e) => {
-                // Custody retries; the transport never claims delivery.
-                self.metrics.frames_unsent += 1;
-                tracing::debug!(peer = %t.to, error = %e, "frame not sent");
+        let obligation = match &t.message {
+            Message::Obligation(o) => Some(o.id().clone()),
+            _ => None,
+        };
+        if let Some(id) = &obligation {
+            self.unreleased.release(id);
+        }
+        let Err(e) = self.send_split(&t.to, t.message) else {
+            return;
+        };
+        self.metrics.frames_unsent += 1;
+        match &e {
+            SendError::QueueFull(_) => self.metrics.send_queue_full += 1,
+            SendError::FrameTooLarge { .. } => self.metrics.send_too_large += 1,
+            _ => self.metrics.send_not_connected += 1,
+        }
+        tracing::debug!(peer = %t.to, error = %e, "frame not sent");
+        let Some(id) = obligation else {
+            return;
+        };
+        if self.custodian.is_pending(&id) {
+            self.custodian.handle_send_failed(&id);
+        } else if self
+            .custodian
+            .terminal(&id)
+            .is_some_and(|t| t.state == TerminalState::BestEffort)
+        {
+            self.refused_best_effort.insert(id, e);
+        }
+    }
+
+    /// Sends `message`, splitting a coalesced frame the transport finds
+    /// too large into halves until each fits (C-ND-4).
+    fn send_split(&mut self, to: &AgentId, message: Message) -> Result<(), SendError> {
+        let env = Envelope::new(self.agent.clone(), message);
+        match self.transport.send(to, &env) {
+            Ok(()) => {
+                self.metrics.frames_out += 1;
+                Ok(())
             }
+            Err(e @ SendError::FrameTooLarge { .. }) => match split(env.message) {
+                Some((a, b)) => {
+                    self.metrics.frames_split += 1;
+                    let first = self.send_split(to, a);
+                    let second = self.send_split(to, b);
+                    first.and(second)
+                }
+                None => Err(e),
+            },
+            Err(e) => Err(e),
         }
     }
 
@@ -351,13 +437,31 @@ impl Driver {
                 return;
             }
             CustodianEvent::BestEffortSent { obligation_id, .. } => {
-                self.answer_offer(obligation_id, Offered::BestEffort);
+                // The one send happened just before this event: if the
+                // transport refused it, nothing left and the caller is told.
+                let attempts = match self.refused_best_effort.remove(obligation_id) {
+                    Some(reason) => {
+                        self.metrics.best_effort_refused += 1;
+                        tracing::info!(id = %obligation_id, %reason, "best-effort obligation not sent");
+                        self.answer_offer_with(obligation_id, || {
+                            Err(NodeError::NotSent {
+                                obligation_id: obligation_id.clone(),
+                                reason: reason.clone(),
+                            })
+                        });
+                        0
+                    }
+                    None => {
+                        self.answer_offer(obligation_id, Offered::BestEffort);
+                        1
+                    }
+                };
                 (
                     obligation_id.clone(),
                     done(
                         obligation_id,
                         TerminalState::BestEffort,
-                        Some(1),
+                        Some(attempts),
                         None,
                         None,
                     ),
@@ -412,6 +516,7 @@ impl Driver {
             }
         };
         if let Some(ws) = self.outcome_waiters.remove(&id) {
+            self.outcome_waiter_count = self.outcome_waiter_count.saturating_sub(ws.len());
             for w in ws {
                 let _ = w.send(Ok(outcome.clone()));
             }
@@ -429,9 +534,17 @@ impl Driver {
     }
 
     fn answer_offer(&mut self, id: &ObligationId, offered: Offered) {
+        self.answer_offer_with(id, || Ok(offered.clone()));
+    }
+
+    fn answer_offer_with(
+        &mut self,
+        id: &ObligationId,
+        answer: impl Fn() -> Result<Offered, NodeError>,
+    ) {
         if let Some(ws) = self.offer_waiters.remove(id) {
             for w in ws {
-                let _ = w.send(Ok(offered.clone()));
+                let _ = w.send(answer());
             }
         }
     }
@@ -520,14 +633,33 @@ impl Driver {
         match c {
             Command::Offer { obligation, reply } => {
                 let id = obligation.id().clone();
+                let target = obligation.target().clone();
+                let bytes = match self.admit_bytes(&obligation) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        // Nothing was accepted (C-ND-4).
+                        let _ = reply.send(Err(e));
+                        return true;
+                    }
+                };
                 match self.custodian.offer(now, obligation) {
-                    Ok(o @ (Offered::Custody { .. } | Offered::BestEffort)) => {
+                    Ok(Offered::Custody { .. } | Offered::BestEffort) => {
+                        self.unreleased.add(id.clone(), target, bytes);
                         // Answered once the record is durable.
-                        let _ = o;
+                        self.offer_waiters.entry(id).or_default().push(reply);
+                    }
+                    Ok(Offered::AlreadyPending) if self.offer_waiters.contains_key(&id) => {
+                        // The first offer's record is still in flight: a
+                        // retrying caller gets the first offer's answer,
+                        // when (and only if) it commits (C-ND-2).
                         self.offer_waiters.entry(id).or_default().push(reply);
                     }
                     Ok(other) => {
-                        let _ = reply.send(Ok(other));
+                        // Pending (durable: its first answer went out) or
+                        // terminal (its close may still be in flight).
+                        self.after_commit(Box::new(move |_: &Driver| {
+                            let _ = reply.send(Ok(other));
+                        }));
                     }
                     Err(e) => {
                         tracing::info!(%id, error = %e, "offer refused");
@@ -539,14 +671,20 @@ impl Driver {
                 if let Some(o) = self.recent.get(&id) {
                     let _ = reply.send(Ok(o.clone()));
                 } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
-                    self.outcome_waiters.entry(id).or_default().push(reply);
+                    self.add_outcome_waiter(id, reply);
                 } else if let Some(t) = self.custodian.terminal(&id) {
-                    let _ = reply.send(Ok(Outcome {
+                    let o = Outcome {
                         obligation_id: id,
                         state: t.state,
                         attempts: (t.state == TerminalState::BestEffort).then_some(1),
                         reason: None,
                         escalation: None,
+                    };
+                    // Only a durable terminal state is reported (C-ND-2),
+                    // in full if its close was the commit waited for.
+                    self.after_commit(Box::new(move |d: &Driver| {
+                        let full = d.recent.get(&o.obligation_id).cloned();
+                        let _ = reply.send(Ok(full.unwrap_or(o)));
                     }));
                 } else {
                     let _ = reply.send(Err(NodeError::Unknown(format!("obligation {id}"))));
@@ -573,13 +711,17 @@ impl Driver {
                         receiver.push((peer, s));
                     }
                 }
-                let _ = reply.send(StatusView {
+                let view = StatusView {
                     obligation_id: id.clone(),
                     custodian,
                     attempts: self.custodian.attempts(&id),
                     deadline_at: self.custodian.pending_deadline(&id),
                     receiver,
-                });
+                };
+                // What the view says is durable before it is shown (C-ND-2).
+                self.after_commit(Box::new(move |_: &Driver| {
+                    let _ = reply.send(view);
+                }));
             }
             Command::Decide {
                 key,
@@ -587,7 +729,11 @@ impl Driver {
                 sequence,
                 reply,
             } => {
-                let _ = reply.send(self.custodian.decide(now, &key, state, sequence));
+                let g = self.custodian.decide(now, &key, state, sequence);
+                // C-ND-2: answered once its `Record::Principal` commits.
+                self.after_commit(Box::new(move |_: &Driver| {
+                    let _ = reply.send(g);
+                }));
             }
             Command::Resolve {
                 id,
@@ -598,7 +744,7 @@ impl Driver {
                     .custodian
                     .resolve_decision(now, &id, resolution)
                     .ok_or_else(|| NodeError::Unknown(format!("decision item {id}")));
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::Complete {
                 custodian,
@@ -610,7 +756,7 @@ impl Driver {
                     .receiver
                     .complete_deferred(now, &custodian, &id, decision)
                     .map_err(NodeError::from);
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::External {
                 custodian,
@@ -622,11 +768,13 @@ impl Driver {
                     .receiver
                     .handle_external_outcome(now, &custodian, &id, outcome)
                     .map_err(NodeError::from);
-                let _ = reply.send(r);
+                self.reply_after_commit(reply, r);
             }
             Command::Metrics { reply } => {
                 self.metrics
                     .absorb_custodian(self.custodian.stats(), self.custodian.pending_len());
+                self.metrics.outcome_waiters = self.outcome_waiter_count as u64;
+                self.metrics.replies_held = self.gate.held() as u64;
                 let _ = reply.send(self.metrics.clone());
             }
             Command::Compact { retention, reply } => {
@@ -639,6 +787,134 @@ impl Driver {
             }
         }
         true
+    }
+}
+
+impl Driver {
+    /// The encoded size of `ob`'s first attempt, or `Backpressure` when the
+    /// send queue towards its target (queued plus accepted and not yet
+    /// released) would pass three quarters of its byte budget: the rest is
+    /// headroom for retries and acks, so the queue refuses nothing an
+    /// accepted offer depends on (C-ND-4). An empty queue takes any frame.
+    fn admit_bytes(&self, ob: &Obligation) -> Result<usize, NodeError> {
+        let size = Envelope::new(self.agent.clone(), Message::Obligation(ob.clone()))
+            .encode()
+            .len();
+        let peer = ob.target();
+        let queued = self.transport.queued_bytes(peer) + self.unreleased.to(peer);
+        let limit = self.transport.send_queue_budget() / 4 * 3;
+        if queued > 0 && queued.saturating_add(size) > limit {
+            return Err(NodeError::Backpressure {
+                peer: peer.clone(),
+                queued_bytes: queued,
+                limit,
+            });
+        }
+        Ok(size)
+    }
+
+    /// Sends `reply` once every record emitted so far is durable (C-ND-2).
+    fn after_commit(&mut self, reply: Held<Driver>) {
+        let uncommitted =
+            self.custodian.uncommitted_records() + self.receiver.uncommitted_records();
+        if let Some(now) = self.gate.hold(uncommitted, reply) {
+            now(self);
+        }
+    }
+
+    /// A success waits for its records; a refusal changed nothing and is
+    /// answered at once.
+    fn reply_after_commit<T: Send + 'static>(
+        &mut self,
+        reply: oneshot::Sender<Result<T, NodeError>>,
+        r: Result<T, NodeError>,
+    ) {
+        match r {
+            Ok(v) => self.after_commit(Box::new(move |_: &Driver| {
+                let _ = reply.send(Ok(v));
+            })),
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Registers an outcome waiter. A caller that gives up drops its
+    /// receiver; abandoned senders are swept whenever the count doubles
+    /// past the last sweep, so they cost amortised O(1) and never pile up
+    /// (C-ND-5).
+    fn add_outcome_waiter(
+        &mut self,
+        id: ObligationId,
+        reply: oneshot::Sender<Result<Outcome, NodeError>>,
+    ) {
+        self.outcome_waiters.entry(id).or_default().push(reply);
+        self.outcome_waiter_count += 1;
+        if self.outcome_waiter_count > self.outcome_sweep_at {
+            self.outcome_waiters.retain(|_, ws| {
+                ws.retain(|w| !w.is_closed());
+                !ws.is_empty()
+            });
+            self.outcome_waiter_count = self.outcome_waiters.values().map(Vec::len).sum();
+            self.outcome_sweep_at = (2 * self.outcome_waiter_count).max(OUTCOME_WAITERS_FLOOR);
+        }
+    }
+}
+
+/// Splits a coalesced message in two halves; `None` when it holds one item.
+fn split(m: Message) -> Option<(Message, Message)> {
+    match m {
+        Message::Acks(mut acks) if acks.len() > 1 => {
+            let rest = acks.split_off(acks.len() / 2);
+            Some((Message::Acks(acks), Message::Acks(rest)))
+        }
+        Message::StatusQuery(mut ids) if ids.len() > 1 => {
+            let rest = ids.split_off(ids.len() / 2);
+            Some((Message::StatusQuery(ids), Message::StatusQuery(rest)))
+        }
+        Message::StatusReply(mut r) if r.known.len() + r.unknown.len() > 1 => {
+            let half = (r.known.len() + r.unknown.len()) / 2;
+            let known_first = half.min(r.known.len());
+            let known = r.known.split_off(known_first);
+            let unknown = r.unknown.split_off(half - known_first);
+            let second = abhyasa_core::wire::StatusReply {
+                target: r.target.clone(),
+                known,
+                unknown,
+            };
+            Some((Message::StatusReply(r), Message::StatusReply(second)))
+        }
+        _ => None,
+    }
+}
+
+/// Bytes of first attempts accepted by `offer` and not yet handed to the
+/// transport, per target.
+#[derive(Debug, Default)]
+struct Unreleased {
+    by_id: HashMap<ObligationId, (AgentId, usize)>,
+    by_peer: HashMap<AgentId, usize>,
+}
+
+impl Unreleased {
+    fn add(&mut self, id: ObligationId, peer: AgentId, bytes: usize) {
+        *self.by_peer.entry(peer.clone()).or_default() += bytes;
+        self.by_id.insert(id, (peer, bytes));
+    }
+
+    fn release(&mut self, id: &ObligationId) {
+        if let Some((peer, bytes)) = self.by_id.remove(id) {
+            if let Some(n) = self.by_peer.get_mut(&peer) {
+                *n = n.saturating_sub(bytes);
+                if *n == 0 {
+                    self.by_peer.remove(&peer);
+                }
+            }
+        }
+    }
+
+    fn to(&self, peer: &AgentId) -> usize {
+        self.by_peer.get(peer).copied().unwrap_or(0)
     }
 }
 

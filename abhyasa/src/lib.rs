@@ -13,6 +13,7 @@
 pub mod clock;
 pub mod compaction;
 mod driver;
+mod gate;
 pub mod metrics;
 mod node;
 mod store_thread;

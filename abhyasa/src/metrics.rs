@@ -95,6 +95,30 @@ pub struct MetricsSnapshot {
     pub commit_latency_us: Histogram,
     /// Offer-to-applied latency, microseconds.
     pub ack_latency_us: Histogram,
+    /// Callers waiting in `outcome()` (abandoned ones are swept).
+    #[serde(default)]
+    pub outcome_waiters: u64,
+    /// Replies held until their records commit.
+    #[serde(default)]
+    pub replies_held: u64,
+    /// Best-effort obligations whose one send the transport refused.
+    #[serde(default)]
+    pub best_effort_refused: u64,
+    /// Custody attempts the transport refused (retried on schedule).
+    #[serde(default)]
+    pub attempts_refused: u64,
+    /// Frames refused: send queue full.
+    #[serde(default)]
+    pub send_queue_full: u64,
+    /// Frames refused: peer unknown or not connected.
+    #[serde(default)]
+    pub send_not_connected: u64,
+    /// Frames refused: larger than the frame limit.
+    #[serde(default)]
+    pub send_too_large: u64,
+    /// Coalesced frames split in two to fit the frame limit.
+    #[serde(default)]
+    pub frames_split: u64,
 }
 
 impl MetricsSnapshot {
@@ -103,6 +127,7 @@ impl MetricsSnapshot {
         self.opened = s.opened;
         self.best_effort = s.best_effort;
         self.attempts_sent = s.attempts_sent;
+        self.attempts_refused = s.attempts_refused;
         self.applied = s.applied;
         self.declined = s.declined;
         self.escalated = s.escalated;

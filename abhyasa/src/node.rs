@@ -90,6 +90,30 @@ pub enum NodeError {
     /// A deferred obligation or external effect could not be completed.
     #[error(transparent)]
     Complete(#[from] abhyasa_core::custody::CompleteError),
+    /// A best-effort obligation's one send was refused by the transport
+    /// (peer down, queue full, frame too large): nothing left this node.
+    /// It is recorded as best-effort with 0 attempts; offering it again
+    /// answers `AlreadyTerminal`.
+    #[error("best-effort obligation {obligation_id} was not sent: {reason}")]
+    NotSent {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// Why the transport refused it.
+        reason: abhyasa_transport::SendError,
+    },
+    /// The send queue towards the target is near its byte budget; nothing
+    /// was accepted. Offer again once it drains.
+    #[error(
+        "backpressure: {queued_bytes} bytes queued towards {peer} (limit {limit}); nothing was accepted"
+    )]
+    Backpressure {
+        /// The target.
+        peer: AgentId,
+        /// Bytes queued or about to be.
+        queued_bytes: usize,
+        /// The limit the offer would pass.
+        limit: usize,
+    },
     /// No such obligation or decision item.
     #[error("unknown: {0}")]
     Unknown(String),

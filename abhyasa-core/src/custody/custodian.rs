@@ -232,8 +232,12 @@ pub struct CustodianStats {
     pub opened: u64,
     /// Best-effort sends.
     pub best_effort: u64,
-    /// Transmits of obligations (first attempts and retries).
+    /// Transmits of obligations (first attempts and retries) handed to the
+    /// transport, less those it refused (see
+    /// [`Custodian::handle_send_failed`]).
     pub attempts_sent: u64,
+    /// Transmits the transport could not queue (nothing left this node).
+    pub attempts_refused: u64,
     /// Applied.
     pub applied: u64,
     /// Declined.
@@ -930,6 +934,19 @@ impl Custodian {
                 EscalationTrigger::ProtocolError,
                 Some(EscalationCause::Rejected),
             );
+        }
+    }
+
+    /// The transport could not queue an attempt of `id` (peer down, queue
+    /// full, frame too large): nothing left this node, so it is not counted
+    /// as sent (C-ND-4). Custody is unchanged: the schedule retries at the
+    /// next backoff, and the deadline still binds (AB-2, AB-4). The attempt
+    /// number stays spent, so a crash can never grant more than
+    /// `1 + max_retries` transmissions.
+    pub fn handle_send_failed(&mut self, id: &ObligationId) {
+        if self.pending.contains_key(id) {
+            self.stats.attempts_sent = self.stats.attempts_sent.saturating_sub(1);
+            self.stats.attempts_refused += 1;
         }
     }
 

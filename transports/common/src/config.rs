@@ -17,6 +17,12 @@ pub struct LinkConfig {
     /// custody retries a backoff later (and loses best-effort frames). The
     /// channel allocates as it fills, so an idle link costs nothing.
     pub send_queue: usize,
+    /// Bytes queued per connection before `send` returns `QueueFull`
+    /// (frames with their length prefix; a frame's bytes are given back
+    /// when the connection writes it). Default 64 MiB. A single frame is
+    /// always accepted by an empty queue, so a budget below
+    /// [`max_frame`](Self::max_frame) still passes every frame.
+    pub send_queue_bytes: usize,
     /// Capacity of the incoming channel. When the runtime falls behind,
     /// readers wait and the transport's flow control pushes back on the
     /// peer; nothing is dropped. Default 4096.
@@ -31,6 +37,7 @@ impl Default for LinkConfig {
         Self {
             max_frame: DEFAULT_MAX_FRAME,
             send_queue: 65_536,
+            send_queue_bytes: 64 * 1024 * 1024,
             incoming_queue: 4096,
             backoff: Backoff::default(),
         }

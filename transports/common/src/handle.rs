@@ -116,6 +116,25 @@ impl TransportHandle {
         self.shared.queue(peer, Bytes::from(frame))
     }
 
+    /// Bytes queued towards `peer` and not yet written by its newest
+    /// connection (0 when none is up). With
+    /// [`send_queue_budget`](Self::send_queue_budget), lets a runtime push
+    /// back on its callers before the queue refuses frames.
+    pub fn queued_bytes(&self, peer: &AgentId) -> usize {
+        self.shared.queued_bytes(peer)
+    }
+
+    /// The per-connection send budget in bytes
+    /// ([`LinkConfig::send_queue_bytes`](crate::LinkConfig::send_queue_bytes)).
+    pub fn send_queue_budget(&self) -> usize {
+        self.shared.config.send_queue_bytes
+    }
+
+    /// The largest envelope this transport sends, in bytes.
+    pub fn max_frame(&self) -> usize {
+        self.shared.config.max_frame
+    }
+
     /// The transport's counters since it started.
     pub fn stats(&self) -> TransportStats {
         self.shared.counters.snapshot()

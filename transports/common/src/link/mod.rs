@@ -16,7 +16,7 @@ mod inbound;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use abhyasa_core::AgentId;
@@ -74,10 +74,39 @@ pub struct LinkGuard {
     closed: bool,
 }
 
+/// One connection's send queue: the channel and the bytes it holds.
+#[derive(Debug)]
+struct SendQueue {
+    id: u64,
+    tx: mpsc::Sender<Bytes>,
+    /// Bytes queued and not yet written (released when the transport
+    /// drops the frame, see [`Budgeted`]).
+    queued: Arc<AtomicUsize>,
+}
+
+/// A queued frame that gives its bytes back to its connection's budget
+/// when the transport drops it (after writing it, or with the connection).
+struct Budgeted {
+    frame: Bytes,
+    queued: Arc<AtomicUsize>,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl Drop for Budgeted {
+    fn drop(&mut self) {
+        self.queued.fetch_sub(self.frame.len(), Ordering::AcqRel);
+    }
+}
+
 #[derive(Debug)]
 struct PeerState {
     /// Live connections, newest last; sends use the newest.
-    links: Vec<(u64, mpsc::Sender<Bytes>)>,
+    links: Vec<SendQueue>,
     count: watch::Sender<usize>,
 }
 
@@ -123,16 +152,42 @@ impl Shared {
         let state = peers
             .get(peer)
             .ok_or_else(|| SendError::UnknownPeer(peer.clone()))?;
-        let (_, tx) = state
+        let q = state
             .links
             .last()
             .ok_or_else(|| SendError::NotConnected(peer.clone()))?;
-        tx.try_send(frame).map_err(|e| match e {
+        // The queue is budgeted in bytes (and frames): a few large frames
+        // cannot hold more memory than the budget allows.
+        let len = frame.len();
+        let budget = self.config.send_queue_bytes;
+        let reserved = q
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held.saturating_add(len) <= budget || held == 0).then(|| held + len)
+            });
+        if reserved.is_err() {
+            return Err(SendError::QueueFull(peer.clone()));
+        }
+        // From here on, dropping the frame (sent, refused or written)
+        // gives its bytes back.
+        let frame = Bytes::from_owner(Budgeted {
+            frame,
+            queued: q.queued.clone(),
+        });
+        q.tx.try_send(frame).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => SendError::QueueFull(peer.clone()),
             mpsc::error::TrySendError::Closed(_) => SendError::NotConnected(peer.clone()),
         })?;
         bump(&self.counters.frames_sent);
         Ok(())
+    }
+
+    /// Bytes queued on the newest connection to `peer` (0 if none).
+    pub(crate) fn queued_bytes(&self, peer: &AgentId) -> usize {
+        self.peers()
+            .get(peer)
+            .and_then(|s| s.links.last())
+            .map_or(0, |q| q.queued.load(Ordering::Acquire))
     }
 
     pub(crate) fn connections(&self, peer: &AgentId) -> usize {
@@ -169,7 +224,7 @@ impl Shared {
             return false;
         };
         let before = state.links.len();
-        state.links.retain(|(i, _)| *i != id);
+        state.links.retain(|q| q.id != id);
         let after = state.links.len();
         state.count.send_replace(after);
         before != after && after == 0
@@ -297,7 +352,11 @@ impl Registry {
             let state = peers
                 .get_mut(peer)
                 .ok_or_else(|| AttachError::UnknownPeer(peer.clone()))?;
-            state.links.push((id, tx));
+            state.links.push(SendQueue {
+                id,
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+            });
             let n = state.links.len();
             state.count.send_replace(n);
             n == 1
@@ -367,5 +426,66 @@ impl Drop for LinkGuard {
                 shared.remove_link(&peer, id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use abhyasa_core::wire::{Envelope, Message};
+    use abhyasa_core::ObligationId;
+
+    use super::*;
+
+    fn id(s: &str) -> AgentId {
+        AgentId::new(s).expect("valid agent id")
+    }
+
+    fn query(sender: &AgentId, ids: usize) -> Envelope {
+        let ids = (0..ids)
+            .map(|n| ObligationId::new(format!("obligation-{n:06}")).expect("valid id"))
+            .collect();
+        Envelope::new(sender.clone(), Message::StatusQuery(ids))
+    }
+
+    // C-ND-4: the send queue is budgeted in bytes: large frames hit the
+    // budget long before the frame count, and a written frame gives its
+    // bytes back.
+    #[tokio::test]
+    async fn c_nd_4_send_queue_is_budgeted_in_bytes() {
+        let config = LinkConfig {
+            send_queue: 1_000,
+            send_queue_bytes: 64 * 1024,
+            ..LinkConfig::default()
+        };
+        let (registry, transport) = Registry::new(id("a"), config);
+        registry.add_peer(id("b"));
+        let mut link = registry.attach(&id("b")).await.expect("attached");
+        let handle = transport.handle;
+        let env = query(&id("a"), 400); // about 8 KiB
+        let mut queued = 0;
+        let err = loop {
+            match handle.send(&id("b"), &env) {
+                Ok(()) => queued += 1,
+                Err(e) => break e,
+            }
+            assert!(queued < 1_000, "the byte budget never refused a frame");
+        };
+        assert_eq!(err, SendError::QueueFull(id("b")));
+        let held = handle.queued_bytes(&id("b"));
+        assert!(
+            held <= 64 * 1024,
+            "{held} bytes queued over a 64 KiB budget"
+        );
+        assert!(
+            held > 48 * 1024,
+            "{held} bytes: the budget is used, not wasted"
+        );
+        assert!(queued < 10, "{queued} frames of ~8 KiB fit in 64 KiB");
+        // Writing (dropping) one frame frees room for another.
+        let frame = link.outbound.recv().await.expect("a queued frame");
+        drop(frame);
+        assert!(handle.queued_bytes(&id("b")) < held);
+        handle.send(&id("b"), &env).expect("room again");
+        link.guard.close().await;
     }
 }
