@@ -508,3 +508,37 @@ fn c_t_6_mutation_seeds_are_valid() {
     assert!(Obligation::from_json(sample_obligation().to_json().as_bytes()).is_ok());
     assert!(CustodyAck::from_json(sample_ack(AckStatus::Declined).to_json().as_bytes()).is_ok());
 }
+
+// C-T-6 regression (found by `c_t_6_custody_ack_json_never_panics`): an
+// ack whose `acked_at` RFC 3339 cannot write (a JSON offset that moves it
+// before year 0000, or raw protobuf microseconds) is refused naming the
+// field, in JSON and in protobuf; accepted, it could not be written back
+// (nor kept in a store's reconciliation row).
+#[test]
+fn c_t_6_ack_times_rfc3339_cannot_write_are_refused() {
+    let mut m = sample_ack(AckStatus::Applied).to_json_value();
+    m["acked_at"] = json!("0000-01-01T00:00:00+00:01");
+    match CustodyAck::from_json(m.to_string().as_bytes()) {
+        Err(PeerError::Field(e)) => assert_eq!(e.field, "acked_at"),
+        other => panic!("{other:?}"),
+    }
+    for micros in [
+        i64::MAX,
+        i64::MIN,
+        RFC3339_MAX_MICROS + 1,
+        RFC3339_MIN_MICROS - 1,
+    ] {
+        let mut a = sample_ack(AckStatus::Applied);
+        a.acked_at = Timestamp::from_unix_micros(micros);
+        let env = Envelope::new(agent("receiver"), Message::Acks(vec![a]));
+        match Envelope::decode(&env.encode()) {
+            Err(PeerError::Field(e)) => assert_eq!(e.field, "acked_at", "{micros}"),
+            other => panic!("{micros}: {other:?}"),
+        }
+    }
+    for micros in [RFC3339_MIN_MICROS, RFC3339_MAX_MICROS] {
+        let mut a = sample_ack(AckStatus::Applied);
+        a.acked_at = Timestamp::from_unix_micros(micros);
+        assert_eq!(CustodyAck::from_json(a.to_json().as_bytes()).unwrap(), a);
+    }
+}

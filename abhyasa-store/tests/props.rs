@@ -237,3 +237,60 @@ fn c_t_5_most_admissible_specs_reach_the_store() {
     let ids: Vec<&ObligationId> = accepted.iter().map(Obligation::id).collect();
     assert!(!batches.is_empty() && !ids.is_empty());
 }
+
+// C-T-6 / C-T-5: a late `applied` ack (after escalation) is kept as a
+// reconciliation item with the receiver's `acked_at`. A peer controls that
+// time (protobuf carries raw microseconds), so an instant RFC 3339 cannot
+// write must be refused when the ack is decoded; accepted, it made the
+// reconciliation row unreadable and the store refuse to load.
+#[test]
+fn c_t_6_late_ack_with_any_acked_at_never_bricks_a_store() {
+    use abhyasa_core::wire::{Envelope, Message};
+    use abhyasa_core::{AckStatus, CustodyAck};
+    let ob = common::phala("late", -0.5);
+    for micros in [
+        i64::MAX,
+        i64::MIN,
+        RFC3339_MAX_MICROS + 1,
+        RFC3339_MIN_MICROS - 1,
+        0,
+    ] {
+        let ack = CustodyAck::new(
+            ob.id().clone(),
+            AgentId::new("receiver").unwrap(),
+            AckStatus::Applied,
+            abhyasa_core::Timestamp::from_unix_micros(micros),
+            Some(ob.digest()),
+        );
+        // What the ack looks like after the wire: refused, or kept.
+        let wire = Envelope::new(ack.target.clone(), Message::Acks(vec![ack]));
+        let Ok(Envelope {
+            message: Message::Acks(acks),
+            ..
+        }) = Envelope::decode(&wire.encode())
+        else {
+            continue;
+        };
+        for kind in ALL {
+            let mut custodian = Custodian::new(custodian_config(), PolarityRegistry::standard());
+            custodian.offer(common::EPOCH, ob.clone()).unwrap();
+            custodian.handle_timeout(ob.deadline_at());
+            let _ = custodian.handle_ack(ob.deadline_at(), &acks[0].target, &acks[0]);
+            let mut b = backend(kind);
+            while let Some(batch) = custodian.poll_records() {
+                let _receipt = b
+                    .commit(ob.deadline_at(), &[batch.records.as_slice()])
+                    .unwrap_or_else(|e| panic!("{kind:?} acked_at {micros}: {e}"));
+                custodian.handle_committed(batch.token());
+            }
+            if kind != Kind::Sim {
+                b.restart();
+            }
+            let state = b
+                .store()
+                .load()
+                .unwrap_or_else(|e| panic!("{kind:?} acked_at {micros}: {e}"));
+            assert!(state.custodian.terminal.contains_key(ob.id()));
+        }
+    }
+}

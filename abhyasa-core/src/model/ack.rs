@@ -167,8 +167,22 @@ impl CustodyAck {
         }
     }
 
-    /// Checks cross-field rules: a `reason` only with `declined`.
+    /// Checks cross-field rules: a `reason` only with `declined`; and that
+    /// `acked_at` is an instant RFC 3339 can write.
     pub fn validate(&self) -> Result<(), FieldError> {
+        // The peer picks `acked_at` (raw microseconds in protobuf, or an
+        // offset that moves it out of years 0000..=9999 in JSON). A late
+        // ack keeps it in a reconciliation row, written as RFC 3339: an
+        // instant outside that range would be accepted here and then make
+        // the row, and the store, unreadable (C-T-6).
+        if self.acked_at < Timestamp::RFC3339_MIN || self.acked_at > Timestamp::RFC3339_MAX {
+            return Err(FieldError::new(
+                "acked_at",
+                FieldProblem::OutOfRange {
+                    allowed: format!("{}..={}", Timestamp::RFC3339_MIN, Timestamp::RFC3339_MAX),
+                },
+            ));
+        }
         if self.reason.is_some() && self.status != AckStatus::Declined {
             return Err(FieldError::invalid(
                 "reason",

@@ -25,6 +25,9 @@
 #![forbid(unsafe_code)]
 
 mod config;
+// Not a stable API: the hello decoders for property tests and fuzz targets.
+#[doc(hidden)]
+pub mod fuzzing;
 mod hello;
 mod transport;
 
