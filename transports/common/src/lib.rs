@@ -32,6 +32,7 @@ mod backoff;
 mod config;
 mod handle;
 mod incoming;
+pub mod limit;
 pub mod link;
 pub mod mem;
 mod stats;

@@ -58,6 +58,10 @@ pub struct QuicConfig {
     /// simulations only; `None` (default): the platform's entropy. TLS
     /// keeps its own randomness either way.
     pub dangerous_rng_seed: Option<[u8; 32]>,
+    /// C-ND-5: most inbound handshakes in flight (not yet authenticated);
+    /// one more is refused at once. Default
+    /// [`DEFAULT_MAX_HANDSHAKES`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES) (64).
+    pub max_handshakes: usize,
 }
 
 impl QuicConfig {
@@ -74,6 +78,7 @@ impl QuicConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fixed_mtu: None,
             dangerous_rng_seed: None,
+            max_handshakes: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES,
         }
     }
 

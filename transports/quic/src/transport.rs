@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use abhyasa_core::AgentId;
+use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
 use abhyasa_transport::link::{DialError, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
@@ -57,6 +58,11 @@ struct Ctx {
     registry: Registry,
     endpoint: quinn::Endpoint,
     transport: Arc<quinn::TransportConfig>,
+    /// C-ND-5: inbound handshakes in flight, capped.
+    handshakes: HandshakeSlots,
+    /// C-ND-5: refused inbound connections are peer-caused; log them
+    /// rate-limited.
+    refusals: WarnLimiter,
 }
 
 fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, StartError> {
@@ -139,12 +145,15 @@ pub async fn start_with_socket(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
+    let handshakes = HandshakeSlots::new(config.max_handshakes);
     let ctx = Arc::new(Ctx {
         config,
         pins,
         registry: registry.clone(),
         endpoint,
         transport,
+        handshakes,
+        refusals: WarnLimiter::default(),
     });
     registry.spawn(accept_loop(ctx.clone()));
     for peer in &ctx.config.peers {
@@ -171,12 +180,25 @@ async fn accept_loop(ctx: Arc<Ctx>) {
                 None => break,
             },
         };
+        let remote = incoming.remote_address();
+        // C-ND-5: beyond the cap of handshakes in flight, refuse at once
+        // (a CONNECTION_REFUSED close) rather than hold another one.
+        let Some(slot) = ctx.handshakes.try_take() else {
+            incoming.refuse();
+            refused(
+                &ctx,
+                remote,
+                &format!(
+                    "{} handshakes already in flight (max_handshakes)",
+                    ctx.handshakes.max()
+                ),
+            );
+            continue;
+        };
         let ctx2 = ctx.clone();
         ctx.registry.spawn(async move {
-            let remote = incoming.remote_address();
-            if let Err(e) = accept(&ctx2, incoming).await {
-                ctx2.registry.count_refused();
-                tracing::warn!(%remote, error = %e, "refused inbound QUIC connection");
+            if let Err(e) = accept(&ctx2, incoming, slot).await {
+                refused(&ctx2, remote, &e.to_string());
             }
         });
     }
@@ -186,7 +208,19 @@ async fn accept_loop(ctx: Arc<Ctx>) {
     ctx.endpoint.wait_idle().await;
 }
 
-async fn accept(ctx: &Ctx, incoming: quinn::Incoming) -> Result<(), DialError> {
+/// Counts a refused inbound connection and warns, rate-limited.
+fn refused(ctx: &Ctx, remote: std::net::SocketAddr, why: &str) {
+    ctx.registry.count_refused();
+    if let Some(held_back) = ctx.refusals.allow() {
+        tracing::warn!(%remote, error = %why, held_back, "refused inbound QUIC connection");
+    }
+}
+
+async fn accept(
+    ctx: &Ctx,
+    incoming: quinn::Incoming,
+    slot: HandshakeSlot,
+) -> Result<(), DialError> {
     let connecting = incoming.accept().map_err(DialError::new)?;
     let conn = tokio::time::timeout(ctx.config.connect_timeout, connecting)
         .await
@@ -199,6 +233,8 @@ async fn accept(ctx: &Ctx, incoming: quinn::Incoming) -> Result<(), DialError> {
         conn.close(CLOSE_UNKNOWN_PEER.into(), b"unknown peer");
         return Err(DialError::new("peer certificate not pinned"));
     };
+    // Authenticated: the handshake no longer counts against the cap.
+    drop(slot);
     tracing::info!(%peer, remote = %conn.remote_address(), "accepted QUIC connection");
     run(ctx, conn, peer).await
 }

@@ -45,6 +45,10 @@ pub struct WsConfig {
     pub idle_timeout: Duration,
     /// See [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// C-ND-5: most inbound handshakes (WebSocket upgrade and signed
+    /// hello) in flight; one more connection is closed at once. Default
+    /// [`DEFAULT_MAX_HANDSHAKES`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES) (64).
+    pub max_handshakes: usize,
 }
 
 impl WsConfig {
@@ -59,6 +63,7 @@ impl WsConfig {
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_handshakes: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES,
         }
     }
 

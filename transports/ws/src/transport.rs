@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use abhyasa_core::{AgentId, PeerError};
 use abhyasa_quic::{PinError, PinSet};
+use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
 use abhyasa_transport::link::{DialError, InboundSink, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
@@ -70,6 +71,10 @@ pub(crate) struct Ctx {
     pub(crate) pins: Arc<PinSet>,
     registry: Registry,
     io: Option<Arc<dyn StreamIo>>,
+    /// C-ND-5: inbound handshakes (upgrade + hello) in flight, capped.
+    handshakes: HandshakeSlots,
+    /// C-ND-5: refusals are peer-caused; log them rate-limited.
+    refusals: WarnLimiter,
 }
 
 /// A byte stream a WebSocket can run over.
@@ -152,11 +157,14 @@ async fn start_inner(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
+    let handshakes = HandshakeSlots::new(config.max_handshakes);
     let ctx = Arc::new(Ctx {
         config,
         pins,
         registry: registry.clone(),
         io,
+        handshakes,
+        refusals: WarnLimiter::default(),
     });
     if let Some((addr, io)) = listen_io {
         registry.set_local_addr(addr);
@@ -233,11 +241,24 @@ async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
         };
         match accepted {
             Ok((stream, remote)) => {
+                // C-ND-5: beyond the cap of handshakes in flight, close the
+                // stream at once rather than hold another one.
+                let Some(slot) = ctx.handshakes.try_take() else {
+                    drop(stream);
+                    refused(
+                        &ctx,
+                        remote,
+                        &format!(
+                            "{} handshakes already in flight (max_handshakes)",
+                            ctx.handshakes.max()
+                        ),
+                    );
+                    continue;
+                };
                 let ctx2 = ctx.clone();
                 ctx.registry.spawn(async move {
-                    if let Err(e) = accept(&ctx2, stream).await {
-                        ctx2.registry.count_refused();
-                        tracing::warn!(%remote, error = %e, "refused inbound WebSocket connection");
+                    if let Err(e) = accept(&ctx2, stream, slot).await {
+                        refused(&ctx2, remote, &e.to_string());
                     }
                 });
             }
@@ -250,7 +271,19 @@ async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
     }
 }
 
-async fn accept<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, tcp: S) -> Result<(), DialError> {
+/// Counts a refused inbound connection and warns, rate-limited.
+fn refused(ctx: &Ctx, remote: SocketAddr, why: &str) {
+    ctx.registry.count_refused();
+    if let Some(held_back) = ctx.refusals.allow() {
+        tracing::warn!(%remote, error = %why, held_back, "refused inbound WebSocket connection");
+    }
+}
+
+async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &Ctx,
+    tcp: S,
+    slot: HandshakeSlot,
+) -> Result<(), DialError> {
     let cfg = ws_config(ctx.config.link.max_frame);
     let handshake = async {
         let mut ws = tokio_tungstenite::accept_async_with_config(tcp, Some(cfg))
@@ -267,6 +300,8 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, tcp: S) -> Result<
     let (ws, peer) = tokio::time::timeout(ctx.config.handshake_timeout, handshake)
         .await
         .map_err(|_| DialError::new("handshake timed out"))??;
+    // Authenticated: the handshake no longer counts against the cap.
+    drop(slot);
     tracing::info!(%peer, "accepted WebSocket connection");
     run(ctx, ws, peer).await
 }

@@ -395,3 +395,64 @@ async fn keep_alive_holds_an_idle_connection_open() {
         }
     );
 }
+
+// C-ND-5: pre-authentication connections are capped. With one handshake
+// slot held by a client whose answers never arrive (a relay that forwards
+// its packets to the server and drops the server's), the next client is
+// refused at once; once the stalled handshake times out the slot is free
+// and a client connects.
+#[tokio::test]
+async fn c_nd_5_handshakes_in_flight_are_capped() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let mut b_cfg = config(&id("b"), &b_id, loopback()).with_peer(a_id.pin(id("a")), None);
+    b_cfg.max_handshakes = 1;
+    b_cfg.connect_timeout = Duration::from_secs(2);
+    let b = start(b_cfg).await.expect("b starts");
+    let b_addr = b.handle.local_addr().expect("b listens");
+
+    // The black hole: client -> relay -> b; b's answers are dropped.
+    let relay = tokio::net::UdpSocket::bind(loopback())
+        .await
+        .expect("relay");
+    let relay_addr = relay.local_addr().expect("relay addr");
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = relay.recv_from(&mut buf).await {
+            if from != b_addr {
+                let _ = relay.send_to(&buf[..n], b_addr).await;
+            }
+        }
+    });
+    let stalled_ep = quinn::Endpoint::client(loopback()).expect("client endpoint");
+    let cfg = tls::dangerous_pinned_client_config(
+        &a_id,
+        &id("b"),
+        b_id.fingerprint,
+        Arc::new(quinn::TransportConfig::default()),
+    )
+    .expect("client config");
+    let stalled = stalled_ep
+        .connect_with(cfg, relay_addr, tls::SERVER_NAME)
+        .expect("connect");
+    let _stalled = tokio::spawn(stalled);
+    // Nothing announces that b holds it; give the Initial time to land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.handle.stats().refused, 0);
+
+    // Every slot is taken: refused at once, counted.
+    let (_ep, conn) = raw_client(&a_id, &id("b"), b_id.fingerprint, b_addr).await;
+    let refusal = conn.expect_err("refused while the slot is held");
+    assert!(
+        format!("{refusal:?}").contains("CONNECTION_REFUSED"),
+        "a CONNECTION_REFUSED close, got {refusal:?}"
+    );
+    assert_eq!(b.handle.stats().refused, 1);
+
+    // The stalled handshake times out (2 s) and frees its slot.
+    wait_for("the stalled handshake to time out", || {
+        b.handle.stats().refused >= 2
+    })
+    .await;
+    let (_ep, conn) = raw_client(&a_id, &id("b"), b_id.fingerprint, b_addr).await;
+    assert!(conn.is_ok(), "a free slot admits a handshake: {conn:?}");
+}

@@ -276,3 +276,57 @@ async fn a_silent_peer_is_dropped_after_the_idle_timeout() {
     );
     drop(ws);
 }
+
+// C-ND-5: pre-authentication connections are capped. Two idle TCP
+// connections (no upgrade, no hello) hold both handshake slots; a third
+// is closed at once and counted; when the idle ones time out their slots
+// are free again.
+#[tokio::test]
+async fn c_nd_5_handshakes_in_flight_are_capped() {
+    use tokio::io::AsyncReadExt as _;
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let mut b_cfg = config(&id("b"), &b_id, Some(loopback())).with_peer(a_id.pin(id("a")), None);
+    b_cfg.max_handshakes = 2;
+    b_cfg.handshake_timeout = Duration::from_secs(1);
+    let b = start(b_cfg).await.expect("b starts");
+    let addr = b.handle.local_addr().expect("b listens");
+    // Open, then wait until b has taken the connection (or closed it).
+    async fn open(addr: SocketAddr) -> TcpStream {
+        TcpStream::connect(addr).await.expect("tcp connect")
+    }
+    async fn closed_within(s: &mut TcpStream, d: Duration) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(d, s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+    let mut held = vec![open(addr).await, open(addr).await];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = open(addr).await;
+    assert!(
+        closed_within(&mut third, Duration::from_millis(500)).await,
+        "beyond the cap a connection is closed at once"
+    );
+    assert_eq!(b.handle.stats().refused, 1);
+    for s in &mut held {
+        assert!(
+            !closed_within(s, Duration::from_millis(100)).await,
+            "the first two are held"
+        );
+    }
+    // The held handshakes time out (1 s) and free their slots.
+    for s in &mut held {
+        assert!(closed_within(s, Duration::from_secs(3)).await, "timed out");
+    }
+    let mut again = open(addr).await;
+    assert!(
+        !closed_within(&mut again, Duration::from_millis(300)).await,
+        "a freed slot holds a new handshake"
+    );
+    assert_eq!(
+        b.handle.stats().refused,
+        3,
+        "the cap refusal and two timeouts"
+    );
+}
