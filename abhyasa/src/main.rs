@@ -45,6 +45,8 @@ enum Command {
     Decide(cli::client::DecideArgs),
     /// Prints the A2A AgentCard extension entry for this node (config only).
     Card(cli::client::CardArgs),
+    /// Serves MCP on stdio: the v1 reference tools plus node tools.
+    Mcp(abhyasa_mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cli::client::metrics(a),
         Command::Decide(a) => cli::client::decide(a),
         Command::Card(a) => cli::client::card(a),
+        Command::Mcp(a) => a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
