@@ -7,8 +7,11 @@
 //! per-request metadata.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use abhyasa_core::polarity::PolarityRegistry;
+use abhyasa_core::AgentId;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -20,6 +23,7 @@ use serde_json::{json, Map, Value};
 
 use crate::control::{self, SocketResolver};
 use crate::envelope::json_type;
+use crate::guard::{system_now, GuardReceiver, Guarded, ToolPolicy};
 use crate::tools::{self, ToolError, ToolReply};
 
 /// How long a node tool waits for the node (a `send_obligation` with
@@ -36,6 +40,40 @@ pub struct McpArgs {
     /// The control socket, instead of --dir.
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Guard this server's own tools (C-MCP-1): this server's agent id, the
+    /// `target` of the obligations that arrive in `_meta`. Without it the
+    /// server ignores `_meta` and never acks.
+    #[arg(long, requires_all = ["custodian", "guard_store"])]
+    pub agent: Option<String>,
+    /// With --agent: the agent id of the client on stdio (the custodian the
+    /// receiver's ledger is keyed on; stdio has no other identity).
+    #[arg(long, requires = "agent")]
+    pub custodian: Option<String>,
+    /// With --agent: the redb file of the receiver's ledger.
+    #[arg(long, requires = "agent")]
+    pub guard_store: Option<PathBuf>,
+    /// With --agent: TOOL=KIND:SELECTOR, the governed key a tool needs,
+    /// e.g. 'send_obligation=anumati.consent:{"scope":"abhyasa.send"}'.
+    #[arg(long, requires = "agent")]
+    pub require: Vec<String>,
+}
+
+/// Parses `TOOL=KIND:SELECTOR` into a policy entry.
+fn parse_require(policy: ToolPolicy, spec: &str) -> Result<ToolPolicy, String> {
+    let usage = || format!("--require {spec:?}: expected TOOL=KIND:SELECTOR (SELECTOR a JSON object)");
+    let (tool, rest) = spec.split_once('=').ok_or_else(usage)?;
+    let (kind, selector) = rest.split_once(':').ok_or_else(usage)?;
+    let selector: Value = serde_json::from_str(selector)
+        .map_err(|e| format!("--require {spec:?}: selector is not JSON: {e}"))?;
+    if !TOOL_NAMES.contains(&tool) {
+        return Err(format!(
+            "--require {spec:?}: no tool {tool:?} (one of {})",
+            TOOL_NAMES.join(", ")
+        ));
+    }
+    policy
+        .require(tool, kind, selector)
+        .map_err(|e| format!("--require {spec:?}: {e}"))
 }
 
 impl McpArgs {
@@ -53,22 +91,57 @@ impl McpArgs {
                 Arc::new(move || socket_of_dir(&dir))
             }
         };
+        let server = ReferenceServer::new(resolver);
+        let guarded = match (&self.agent, &self.custodian, &self.guard_store) {
+            (Some(agent), Some(custodian), Some(store)) => {
+                let agent = AgentId::new(agent).map_err(|e| format!("--agent: {e}"))?;
+                let custodian =
+                    AgentId::new(custodian).map_err(|e| format!("--custodian: {e}"))?;
+                let mut policy = ToolPolicy::new(agent.clone(), PolarityRegistry::standard());
+                for spec in &self.require {
+                    policy = parse_require(policy, spec)?;
+                }
+                let store = abhyasa_store::RedbStore::open(store)
+                    .map_err(|e| format!("--guard-store {}: {e}", store.display()))?;
+                let receiver = GuardReceiver::open(
+                    agent,
+                    PolarityRegistry::standard(),
+                    Box::new(store),
+                    system_now(),
+                )
+                .map_err(|e| format!("guard: {e}"))?;
+                Some(Guarded::new(
+                    server.clone(),
+                    policy,
+                    Arc::new(Mutex::new(receiver)),
+                    custodian,
+                ))
+            }
+            _ => None,
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the runtime: {e}"))?;
         rt.block_on(async move {
-            let service = ReferenceServer::new(resolver)
-                .serve(rmcp::transport::io::stdio())
-                .await
-                .map_err(|e| format!("MCP session failed to start: {e}"))?;
-            service
-                .waiting()
-                .await
-                .map_err(|e| format!("MCP session ended with an error: {e}"))?;
-            Ok(())
+            match guarded {
+                Some(g) => serve_stdio(g).await,
+                None => serve_stdio(server).await,
+            }
         })
     }
+}
+
+async fn serve_stdio<S: rmcp::Service<RoleServer>>(service: S) -> Result<(), String> {
+    let running = service
+        .serve(rmcp::transport::io::stdio())
+        .await
+        .map_err(|e| format!("MCP session failed to start: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| format!("MCP session ended with an error: {e}"))?;
+    Ok(())
 }
 
 /// The `abhyasa mcp` server.
