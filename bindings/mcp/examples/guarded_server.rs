@@ -59,7 +59,12 @@ impl ServerHandler for MailServer {
         let text = match &*request.name {
             "read_email" => "3 messages: 'Lunch?', 'Invoice', 'Welcome'",
             "list_folders" => "Inbox, Sent, Archive",
-            other => return Err(McpError::invalid_params(format!("unknown tool {other}"), None)),
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                ))
+            }
         };
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }
@@ -69,7 +74,9 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The guarded server: the mail server, its policy, a durable receiver, and
 /// the custodian this connection speaks for.
-fn guarded(dir: &std::path::Path) -> Result<Guarded<MailServer>, Error> {
+fn guarded(
+    dir: &std::path::Path,
+) -> Result<(Guarded<MailServer>, Arc<Mutex<GuardReceiver>>), Error> {
     let me = AgentId::new("mail-server")?;
     let policy = ToolPolicy::new(me.clone(), PolarityRegistry::standard()).require(
         "read_email",
@@ -85,12 +92,14 @@ fn guarded(dir: &std::path::Path) -> Result<Guarded<MailServer>, Error> {
     )?;
     // Over stdio the client is the process that launched us; its agent id
     // comes from configuration (here: fixed).
-    Ok(Guarded::new(
+    let receiver = Arc::new(Mutex::new(receiver));
+    let server = Guarded::new(
         MailServer,
         policy,
-        Arc::new(Mutex::new(receiver)),
+        receiver.clone(),
         AgentId::new("assistant")?,
-    ))
+    );
+    Ok((server, receiver))
 }
 
 fn revoke_email_read() -> Result<Obligation, Error> {
@@ -139,7 +148,7 @@ fn show(label: &str, r: &CallToolResult) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     let dir = tempfile::tempdir()?;
-    let server = guarded(dir.path())?;
+    let (server, receiver) = guarded(dir.path())?;
     if std::env::args().any(|a| a == "--stdio") {
         server
             .serve(rmcp::transport::io::stdio())
@@ -172,13 +181,21 @@ async fn main() -> Result<(), Error> {
         obligation: revoke_email_read()?,
     };
     let r = client.call_tool(call("read_email", Some(&env))).await?;
-    show("2. read_email carrying the revocation of email.read in _meta:", &r);
+    show(
+        "2. read_email carrying the revocation of email.read in _meta:",
+        &r,
+    );
 
     let r = client.call_tool(call("read_email", None)).await?;
     show("3. read_email again, no envelope:", &r);
 
     let r = client.call_tool(call("read_email", Some(&env))).await?;
-    show("4. the custodian redelivers the same envelope (re-acked, not re-applied):", &r);
+    show(
+        "4. the custodian redelivers the same envelope (re-acked, not re-applied):",
+        &r,
+    );
+    let applications = receiver.lock().map(|g| g.applications()).unwrap_or(0);
+    println!("  applications of consent-42 by the receiver: {applications}");
 
     let r = client.call_tool(call("list_folders", None)).await?;
     show("5. list_folders (needs no consent):", &r);

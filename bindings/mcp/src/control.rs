@@ -18,7 +18,9 @@ pub const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
 #[non_exhaustive]
 pub enum ControlError {
     /// No node answers on the socket.
-    #[error("no node is running at {socket} (start one with `abhyasa node run --dir DIR`): {detail}")]
+    #[error(
+        "no node is running at {socket} (start one with `abhyasa node run --dir DIR`): {detail}"
+    )]
     NotRunning {
         /// The socket path.
         socket: PathBuf,
@@ -58,7 +60,11 @@ pub enum ControlError {
 pub type SocketResolver = std::sync::Arc<dyn Fn() -> Result<PathBuf, String> + Send + Sync>;
 
 /// Sends one request and reads its response, within `timeout`.
-pub async fn call(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, ControlError> {
+pub async fn call(
+    socket: &Path,
+    request: &Value,
+    timeout: Duration,
+) -> Result<Value, ControlError> {
     match tokio::time::timeout(timeout, call_inner(socket, request)).await {
         Ok(r) => r,
         Err(_) => Err(ControlError::Timeout(timeout)),

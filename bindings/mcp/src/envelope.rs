@@ -104,7 +104,9 @@ impl Envelope {
     /// Reads the value found under [`ENVELOPE_KEY`].
     pub fn from_value(v: &Value) -> Result<Envelope, EnvelopeError> {
         let Value::Object(m) = v else {
-            return Err(EnvelopeError::NotAnObject { found: json_type(v) });
+            return Err(EnvelopeError::NotAnObject {
+                found: json_type(v),
+            });
         };
         // Bound what a peer can make us parse: the same limit as any v1
         // JSON document.

@@ -98,12 +98,14 @@ impl ToolPolicy {
     /// payload `selector` governs, e.g. `read_email` needs
     /// (`anumati.consent`, `{"scope": "email.read"}`).
     pub fn require(mut self, tool: &str, kind: &str, selector: Value) -> Result<Self, GuardError> {
-        let key = self.key_of(kind, selector.clone()).map_err(|detail| GuardError::NoKey {
-            tool: tool.into(),
-            kind: kind.into(),
-            selector,
-            detail,
-        })?;
+        let key = self
+            .key_of(kind, selector.clone())
+            .map_err(|detail| GuardError::NoKey {
+                tool: tool.into(),
+                kind: kind.into(),
+                selector,
+                detail,
+            })?;
         self.needs.insert(tool.to_string(), key);
         Ok(self)
     }
@@ -183,12 +185,8 @@ impl GuardReceiver {
         now: Timestamp,
     ) -> Result<Self, GuardError> {
         let state = store.load()?;
-        let mut receiver = Receiver::restore(
-            ReceiverConfig::new(agent),
-            registry,
-            &state.receiver,
-            now,
-        );
+        let mut receiver =
+            Receiver::restore(ReceiverConfig::new(agent), registry, &state.receiver, now);
         // Restore may emit records (in-doubt intents); make them durable
         // before anything else.
         while let Some(b) = receiver.poll_records() {

@@ -60,7 +60,8 @@ pub struct McpArgs {
 
 /// Parses `TOOL=KIND:SELECTOR` into a policy entry.
 fn parse_require(policy: ToolPolicy, spec: &str) -> Result<ToolPolicy, String> {
-    let usage = || format!("--require {spec:?}: expected TOOL=KIND:SELECTOR (SELECTOR a JSON object)");
+    let usage =
+        || format!("--require {spec:?}: expected TOOL=KIND:SELECTOR (SELECTOR a JSON object)");
     let (tool, rest) = spec.split_once('=').ok_or_else(usage)?;
     let (kind, selector) = rest.split_once(':').ok_or_else(usage)?;
     let selector: Value = serde_json::from_str(selector)
@@ -95,8 +96,7 @@ impl McpArgs {
         let guarded = match (&self.agent, &self.custodian, &self.guard_store) {
             (Some(agent), Some(custodian), Some(store)) => {
                 let agent = AgentId::new(agent).map_err(|e| format!("--agent: {e}"))?;
-                let custodian =
-                    AgentId::new(custodian).map_err(|e| format!("--custodian: {e}"))?;
+                let custodian = AgentId::new(custodian).map_err(|e| format!("--custodian: {e}"))?;
                 let mut policy = ToolPolicy::new(agent.clone(), PolarityRegistry::standard());
                 for spec in &self.require {
                     policy = parse_require(policy, spec)?;
@@ -191,7 +191,8 @@ fn one_object(key: &str) -> Map<String, Value> {
 
 /// The tool list.
 pub fn tool_list() -> Vec<Tool> {
-    let t = |name: &'static str, desc: &'static str, s: Map<String, Value>| Tool::new(name, desc, s);
+    let t =
+        |name: &'static str, desc: &'static str, s: Map<String, Value>| Tool::new(name, desc, s);
     vec![
         t(
             "validate_obligation",
@@ -327,7 +328,9 @@ fn str_arg<'a>(args: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str
 fn no_args(args: &Map<String, Value>) -> Result<(), ToolError> {
     match args.keys().next() {
         None => Ok(()),
-        Some(k) => Err(ToolError(format!("unexpected argument {k:?} (this tool takes none)"))),
+        Some(k) => Err(ToolError(format!(
+            "unexpected argument {k:?} (this tool takes none)"
+        ))),
     }
 }
 
@@ -363,7 +366,11 @@ impl ReferenceServer {
         self.dispatch(name, args).await.into()
     }
 
-    async fn dispatch(&self, name: &str, args: &Map<String, Value>) -> Result<ToolReply, ToolError> {
+    async fn dispatch(
+        &self,
+        name: &str,
+        args: &Map<String, Value>,
+    ) -> Result<ToolReply, ToolError> {
         match name {
             "validate_obligation" => tools::validate_obligation(args),
             "validate_custody_ack" => tools::validate_custody_ack(args),
@@ -393,8 +400,9 @@ impl ReferenceServer {
                 Ok(ToolReply::ok(json!({ "offer": r })))
             }
             "obligation_status" => {
-                let id = str_arg(args, "obligation_id")?
-                    .ok_or_else(|| ToolError("missing argument \"obligation_id\" (a string)".into()))?;
+                let id = str_arg(args, "obligation_id")?.ok_or_else(|| {
+                    ToolError("missing argument \"obligation_id\" (a string)".into())
+                })?;
                 let r = self.node(json!({"op": "status", "id": id})).await?;
                 Ok(ToolReply::ok(json!({ "status": r })))
             }

@@ -121,7 +121,9 @@ async fn connect(
     lifecycle: ClientLifecycleMode,
 ) -> Client {
     let guarded = Guarded::new(mail.clone(), policy(), receiver.clone(), agent(custodian))
-        .with_clock(Arc::new(|| NOW.saturating_add(std::time::Duration::from_secs(5))));
+        .with_clock(Arc::new(|| {
+            NOW.saturating_add(std::time::Duration::from_secs(5))
+        }));
     let (s, c) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = guarded.serve(s).await {
@@ -212,7 +214,10 @@ async fn c_mcp_1_revocation_in_meta_stops_that_very_call_in_both_lifecycles() {
         {
             let g = receiver.lock().expect("lock");
             assert_eq!(g.authorization(&key()), Some(Authorization::Withheld));
-            assert!(g.knows(&agent("assistant"), &ObligationId::new("consent-42").expect("id")));
+            assert!(g.knows(
+                &agent("assistant"),
+                &ObligationId::new("consent-42").expect("id")
+            ));
         }
 
         // The authority stays withdrawn for later calls; other tools run.
@@ -237,7 +242,13 @@ async fn c_mcp_1_an_ungoverned_tool_runs_with_the_ack_in_meta() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = open_receiver(&dir.path().join("g.redb"));
     let mail = Mail::default();
-    let client = connect(&mail, &receiver, "assistant", ClientLifecycleMode::Initialize).await;
+    let client = connect(
+        &mail,
+        &receiver,
+        "assistant",
+        ClientLifecycleMode::Initialize,
+    )
+    .await;
     let r = client
         .call_tool(params(
             "list_folders",
@@ -259,7 +270,13 @@ async fn ab_3_redelivery_is_reacked_not_reapplied_and_survives_restart() {
     {
         let receiver = open_receiver(&path);
         let mail = Mail::default();
-        let client = connect(&mail, &receiver, "assistant", ClientLifecycleMode::Initialize).await;
+        let client = connect(
+            &mail,
+            &receiver,
+            "assistant",
+            ClientLifecycleMode::Initialize,
+        )
+        .await;
         for _ in 0..3 {
             let r = client
                 .call_tool(params("read_email", Some(env(&revoke))))
@@ -284,14 +301,24 @@ async fn ab_3_redelivery_is_reacked_not_reapplied_and_survives_restart() {
         Some(Authorization::Withheld)
     );
     let mail = Mail::default();
-    let client = connect(&mail, &receiver, "assistant", ClientLifecycleMode::Initialize).await;
+    let client = connect(
+        &mail,
+        &receiver,
+        "assistant",
+        ClientLifecycleMode::Initialize,
+    )
+    .await;
     let r = client
         .call_tool(params("read_email", Some(env(&revoke))))
         .await
         .expect("call");
     assert_eq!(ack_status(&r), Some(AckStatus::Applied));
     assert_eq!(r.is_error, Some(true));
-    assert_eq!(receiver.lock().expect("lock").applications(), 0, "re-acked from the ledger");
+    assert_eq!(
+        receiver.lock().expect("lock").applications(),
+        0,
+        "re-acked from the ledger"
+    );
     assert_eq!(mail.read_email.load(Ordering::SeqCst), 0);
     client.cancel().await.expect("cancel");
 }
@@ -322,9 +349,18 @@ async fn a_newer_grant_restores_the_tool_and_an_older_revocation_does_not_win() 
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = open_receiver(&dir.path().join("g.redb"));
     let mail = Mail::default();
-    let client = connect(&mail, &receiver, "assistant", ClientLifecycleMode::Initialize).await;
+    let client = connect(
+        &mail,
+        &receiver,
+        "assistant",
+        ClientLifecycleMode::Initialize,
+    )
+    .await;
     let r = client
-        .call_tool(params("read_email", Some(env(&consent("c-2", "revoke", 2)))))
+        .call_tool(params(
+            "read_email",
+            Some(env(&consent("c-2", "revoke", 2))),
+        ))
         .await
         .expect("call");
     assert_eq!(r.is_error, Some(true));
@@ -336,7 +372,10 @@ async fn a_newer_grant_restores_the_tool_and_an_older_revocation_does_not_win() 
     assert_eq!(ack_status(&r), Some(AckStatus::Applied));
     // A stale revocation (sequence 1) arrives late: declined, tool runs.
     let r = client
-        .call_tool(params("read_email", Some(env(&consent("c-1", "revoke", 1)))))
+        .call_tool(params(
+            "read_email",
+            Some(env(&consent("c-1", "revoke", 1))),
+        ))
         .await
         .expect("call");
     assert_eq!(ack_status(&r), Some(AckStatus::Declined));
@@ -350,7 +389,13 @@ async fn an_unreadable_envelope_refuses_the_call_and_names_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = open_receiver(&dir.path().join("g.redb"));
     let mail = Mail::default();
-    let client = connect(&mail, &receiver, "assistant", ClientLifecycleMode::Initialize).await;
+    let client = connect(
+        &mail,
+        &receiver,
+        "assistant",
+        ClientLifecycleMode::Initialize,
+    )
+    .await;
     let mut bad = consent("c-1", "revoke", 1).to_json_value();
     bad["max_retries"] = json!(-1);
     for (envelope, needle) in [
@@ -397,11 +442,17 @@ fn policy_keys_come_from_the_polarity_rule() {
     let p = policy();
     assert_eq!(p.key_for("read_email"), Some(&key()));
     assert_eq!(p.key_for("list_folders"), None);
-    let unknown = ToolPolicy::new(agent("mail-server"), PolarityRegistry::standard())
-        .require("x", "no.such.kind", json!({}));
+    let unknown = ToolPolicy::new(agent("mail-server"), PolarityRegistry::standard()).require(
+        "x",
+        "no.such.kind",
+        json!({}),
+    );
     assert!(unknown.is_err());
-    let unreadable = ToolPolicy::new(agent("mail-server"), PolarityRegistry::standard())
-        .require("x", ANUMATI_KIND, json!({}));
+    let unreadable = ToolPolicy::new(agent("mail-server"), PolarityRegistry::standard()).require(
+        "x",
+        ANUMATI_KIND,
+        json!({}),
+    );
     assert!(unreadable.is_err(), "no scope, no key");
 }
 
@@ -417,18 +468,39 @@ fn c_t_6_envelope_decoder_never_panics() {
             2 => json!(rng.random::<i64>()),
             3 => json!(rng.random::<f64>()),
             4 => {
-                let words = ["", "revoke", "anumati.consent", "2026-06-01T00:00:00Z", "x/y"];
+                let words = [
+                    "",
+                    "revoke",
+                    "anumati.consent",
+                    "2026-06-01T00:00:00Z",
+                    "x/y",
+                ];
                 json!(words[rng.random_range(0..words.len())])
             }
-            5 => Value::Array((0..rng.random_range(0..4)).map(|_| random_json(rng, depth + 1)).collect()),
+            5 => Value::Array(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_json(rng, depth + 1))
+                    .collect(),
+            ),
             _ => {
                 let keys = [
-                    "obligation", "obligation_id", "kind", "target", "payload",
-                    "deadline_seconds", "max_retries", "created_at", "sequence", "digest",
+                    "obligation",
+                    "obligation_id",
+                    "kind",
+                    "target",
+                    "payload",
+                    "deadline_seconds",
+                    "max_retries",
+                    "created_at",
+                    "sequence",
+                    "digest",
                 ];
                 let mut m = Map::new();
                 for _ in 0..rng.random_range(0..8) {
-                    m.insert(keys[rng.random_range(0..keys.len())].into(), random_json(rng, depth + 1));
+                    m.insert(
+                        keys[rng.random_range(0..keys.len())].into(),
+                        random_json(rng, depth + 1),
+                    );
                 }
                 Value::Object(m)
             }
@@ -441,8 +513,14 @@ fn c_t_6_envelope_decoder_never_panics() {
         } else {
             // A valid obligation with one field replaced.
             let mut o = base.clone();
-            let k = ["obligation_id", "kind", "deadline_seconds", "created_at", "payload", "sequence"]
-                [rng.random_range(0..6)];
+            let k = [
+                "obligation_id",
+                "kind",
+                "deadline_seconds",
+                "created_at",
+                "payload",
+                "sequence",
+            ][rng.random_range(0..6)];
             o[k] = random_json(&mut rng, 2);
             json!({"obligation": o})
         };

@@ -87,7 +87,12 @@ async fn c_mcp_2_tools_list_in_both_lifecycles() {
         assert_eq!(names, TOOL_NAMES.to_vec());
         // The reference's argument keys are required where it requires them.
         for t in &tools {
-            assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+            assert_eq!(
+                t.input_schema.get("type"),
+                Some(&json!("object")),
+                "{}",
+                t.name
+            );
         }
         client.cancel().await.expect("cancel");
     }
@@ -96,7 +101,12 @@ async fn c_mcp_2_tools_list_in_both_lifecycles() {
 #[tokio::test]
 async fn c_mcp_2_validators_good_and_bad() {
     let client = connect(no_node(), discover()).await;
-    let (err, body) = call(&client, "validate_obligation", json!({"obligation": revoke()})).await;
+    let (err, body) = call(
+        &client,
+        "validate_obligation",
+        json!({"obligation": revoke()}),
+    )
+    .await;
     assert!(!err, "{body}");
     assert_eq!(body["ok"], true);
     assert_eq!(body["obligation"], "valid");
@@ -106,12 +116,23 @@ async fn c_mcp_2_validators_good_and_bad() {
     let (err, body) = call(&client, "validate_obligation", json!({"obligation": bad})).await;
     assert!(err);
     assert_eq!(body["ok"], false);
-    assert!(body["error"].as_str().unwrap().contains("deadline_seconds"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("deadline_seconds"),
+        "{body}"
+    );
 
     let (err, body) = call(&client, "validate_obligation", json!({})).await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("obligation"), "{body}");
-    let (err, _) = call(&client, "validate_obligation", json!({"obligation": [1, 2]})).await;
+    assert!(
+        body["error"].as_str().unwrap().contains("obligation"),
+        "{body}"
+    );
+    let (err, _) = call(
+        &client,
+        "validate_obligation",
+        json!({"obligation": [1, 2]}),
+    )
+    .await;
     assert!(err);
 
     let ack = json!({
@@ -137,20 +158,36 @@ async fn c_mcp_2_validators_good_and_bad() {
         "custody_ack_endpoint": "https://alice.example/abhyasa/custody_ack",
         "supported_kinds": [kind],
     });
-    let (err, body) =
-        call(&client, "validate_abhyasa_service_ref", json!({"ref": good_ref})).await;
+    let (err, body) = call(
+        &client,
+        "validate_abhyasa_service_ref",
+        json!({"ref": good_ref}),
+    )
+    .await;
     assert!(!err, "{body}");
     assert_eq!(body["ref"], "valid");
     // AB-2: six retries cannot span an hour at a 60 s cap.
     let mut incoherent = good_ref.clone();
     incoherent["supported_kinds"][0]["max_retries"] = json!(6);
-    let (err, body) =
-        call(&client, "validate_abhyasa_service_ref", json!({"ref": incoherent})).await;
+    let (err, body) = call(
+        &client,
+        "validate_abhyasa_service_ref",
+        json!({"ref": incoherent}),
+    )
+    .await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("max_retries"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("max_retries"),
+        "{body}"
+    );
     let mut empty = good_ref;
     empty["supported_kinds"] = json!([]);
-    let (err, _) = call(&client, "validate_abhyasa_service_ref", json!({"ref": empty})).await;
+    let (err, _) = call(
+        &client,
+        "validate_abhyasa_service_ref",
+        json!({"ref": empty}),
+    )
+    .await;
     assert!(err);
     client.cancel().await.expect("cancel");
 }
@@ -158,16 +195,31 @@ async fn c_mcp_2_validators_good_and_bad() {
 #[tokio::test]
 async fn c_mcp_2_admissibility_and_safe_action() {
     let client = connect(no_node(), legacy()).await;
-    let (err, body) = call(&client, "check_admissibility", json!({"obligation": revoke()})).await;
+    let (err, body) = call(
+        &client,
+        "check_admissibility",
+        json!({"obligation": revoke()}),
+    )
+    .await;
     assert!(!err);
     assert_eq!(body["admissible"], true);
     assert_eq!(body["carried"], "custody");
-    let (err, body) = call(&client, "check_admissibility", json!({"obligation": grant()})).await;
+    let (err, body) = call(
+        &client,
+        "check_admissibility",
+        json!({"obligation": grant()}),
+    )
+    .await;
     assert!(!err);
     assert_eq!(body["admissible"], false);
     assert_eq!(body["carried"], "best_effort");
 
-    let (err, body) = call(&client, "compute_safe_action", json!({"obligation": revoke()})).await;
+    let (err, body) = call(
+        &client,
+        "compute_safe_action",
+        json!({"obligation": revoke()}),
+    )
+    .await;
     assert!(!err);
     assert_eq!(body["safe_action"]["effect"], "fail_closed");
     assert_eq!(
@@ -176,7 +228,12 @@ async fn c_mcp_2_admissibility_and_safe_action() {
     );
     // Like the reference: an inadmissible obligation is an `ok: false`
     // answer, not a tool error.
-    let (err, body) = call(&client, "compute_safe_action", json!({"obligation": grant()})).await;
+    let (err, body) = call(
+        &client,
+        "compute_safe_action",
+        json!({"obligation": grant()}),
+    )
+    .await;
     assert!(!err);
     assert_eq!(body["ok"], false);
     assert!(body["error"].as_str().unwrap().contains("not admissible"));
@@ -184,17 +241,29 @@ async fn c_mcp_2_admissibility_and_safe_action() {
     // A payload the rule cannot read is a bad argument.
     let mut unreadable = revoke();
     unreadable["payload"]["decision"] = json!("maybe");
-    let (err, body) =
-        call(&client, "check_admissibility", json!({"obligation": unreadable})).await;
+    let (err, body) = call(
+        &client,
+        "check_admissibility",
+        json!({"obligation": unreadable}),
+    )
+    .await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("payload.decision"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("payload.decision"),
+        "{body}"
+    );
     client.cancel().await.expect("cancel");
 }
 
 #[tokio::test]
 async fn c_mcp_2_custody_transfer_on_the_real_core() {
     let client = connect(no_node(), discover()).await;
-    let (err, body) = call(&client, "run_custody_transfer", json!({"obligation": revoke()})).await;
+    let (err, body) = call(
+        &client,
+        "run_custody_transfer",
+        json!({"obligation": revoke()}),
+    )
+    .await;
     assert!(!err, "{body}");
     assert_eq!(body["terminal"], "applied");
     assert_eq!(body["discharged"], true);
@@ -225,7 +294,10 @@ async fn c_mcp_2_custody_transfer_on_the_real_core() {
     assert_eq!(body["terminal"], "escalated");
     assert_eq!(body["discharged"], false);
     assert_eq!(body["escalations"].as_array().unwrap().len(), 1);
-    assert_eq!(body["escalations"][0]["safe_action"]["effect"], "fail_closed");
+    assert_eq!(
+        body["escalations"][0]["safe_action"]["effect"],
+        "fail_closed"
+    );
     let attempts = body["attempts"].as_u64().unwrap();
     assert!(attempts > 1 && attempts <= 11, "{attempts}");
 
@@ -250,7 +322,11 @@ async fn c_mcp_2_custody_transfer_on_the_real_core() {
     )
     .await;
     assert_eq!(body["terminal"], "escalated");
-    assert_eq!(body["routing_weights"].as_object().unwrap().len(), 1, "{body}");
+    assert_eq!(
+        body["routing_weights"].as_object().unwrap().len(),
+        1,
+        "{body}"
+    );
 
     // Seeded: the same seed gives the same run.
     let lossy = json!({"obligation": revoke(), "channel": {
@@ -261,22 +337,45 @@ async fn c_mcp_2_custody_transfer_on_the_real_core() {
     assert!(a["applications"].as_u64().unwrap() <= 1, "AB-3: {a}");
 
     // Benign: best-effort, one attempt.
-    let (_, body) = call(&client, "run_custody_transfer", json!({"obligation": grant()})).await;
+    let (_, body) = call(
+        &client,
+        "run_custody_transfer",
+        json!({"obligation": grant()}),
+    )
+    .await;
     assert_eq!(body["terminal"], "best_effort");
     assert_eq!(body["attempts"], 1);
 
     for (args, needle) in [
-        (json!({"obligation": revoke(), "channel": {"drop_prob": 2.0}}), "drop_prob"),
-        (json!({"obligation": revoke(), "channel": {"drop_prob": "0.5"}}), "drop_prob"),
-        (json!({"obligation": revoke(), "channel": {"seed": -1}}), "seed"),
+        (
+            json!({"obligation": revoke(), "channel": {"drop_prob": 2.0}}),
+            "drop_prob",
+        ),
+        (
+            json!({"obligation": revoke(), "channel": {"drop_prob": "0.5"}}),
+            "drop_prob",
+        ),
+        (
+            json!({"obligation": revoke(), "channel": {"seed": -1}}),
+            "seed",
+        ),
         (json!({"obligation": revoke(), "channel": 7}), "channel"),
-        (json!({"obligation": revoke(), "receiver_decision": "maybe"}), "receiver_decision"),
-        (json!({"obligation": revoke(), "receiver_decision": 1}), "receiver_decision"),
+        (
+            json!({"obligation": revoke(), "receiver_decision": "maybe"}),
+            "receiver_decision",
+        ),
+        (
+            json!({"obligation": revoke(), "receiver_decision": 1}),
+            "receiver_decision",
+        ),
         (json!({"obligation": "x"}), "obligation"),
     ] {
         let (err, body) = call(&client, "run_custody_transfer", args.clone()).await;
         assert!(err, "{args}");
-        assert!(body["error"].as_str().unwrap().contains(needle), "{args} -> {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(needle),
+            "{args} -> {body}"
+        );
     }
     client.cancel().await.expect("cancel");
 }
@@ -301,7 +400,13 @@ async fn c_mcp_2_node_tools_without_a_node_say_so() {
     let client = connect(no_node(), discover()).await;
     let (err, body) = call(&client, "inbox", json!({})).await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("no node is running"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no node is running"),
+        "{body}"
+    );
     // Argument errors are caught before the socket is touched.
     let (err, body) = call(&client, "obligation_status", json!({"obligation_id": 5})).await;
     assert!(err);
@@ -314,9 +419,17 @@ async fn c_mcp_2_node_tools_without_a_node_say_so() {
     assert!(body["error"].as_str().unwrap().contains("granted|withheld"));
     let (err, _) = call(&client, "decide", json!({})).await;
     assert!(err);
-    let (err, body) = call(&client, "send_obligation", json!({"obligation": {"kind": 1}})).await;
+    let (err, body) = call(
+        &client,
+        "send_obligation",
+        json!({"obligation": {"kind": 1}}),
+    )
+    .await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("invalid obligation"));
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("invalid obligation"));
     let (err, _) = call(&client, "inbox", json!({"extra": 1})).await;
     assert!(err);
     client.cancel().await.expect("cancel");
@@ -378,15 +491,30 @@ async fn c_mcp_2_node_tools_speak_the_control_protocol() {
     assert_eq!(req["obligation"], revoke());
     assert_eq!(body["offer"]["echo"], req);
 
-    let (err, body) = call(&client, "obligation_status", json!({"obligation_id": "c-1"})).await;
+    let (err, body) = call(
+        &client,
+        "obligation_status",
+        json!({"obligation_id": "c-1"}),
+    )
+    .await;
     assert!(!err);
-    assert_eq!(seen.recv().await.expect("status"), json!({"op": "status", "id": "c-1"}));
+    assert_eq!(
+        seen.recv().await.expect("status"),
+        json!({"op": "status", "id": "c-1"})
+    );
     assert_eq!(body["status"]["echo"]["id"], "c-1");
 
-    let (err, body) =
-        call(&client, "obligation_status", json!({"obligation_id": "missing"})).await;
+    let (err, body) = call(
+        &client,
+        "obligation_status",
+        json!({"obligation_id": "missing"}),
+    )
+    .await;
     assert!(err);
-    assert!(body["error"].as_str().unwrap().contains("not known"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not known"),
+        "{body}"
+    );
     let _ = seen.recv().await;
 
     let (err, _) = call(&client, "inbox", json!({})).await;
