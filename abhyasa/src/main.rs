@@ -48,6 +48,8 @@ enum Command {
     /// Checks or repairs a stopped node's store (unreadable rows, quarantine).
     #[command(subcommand)]
     Store(cli::store::StoreCommand),
+    /// Serves MCP on stdio: the v1 reference tools plus node tools.
+    Mcp(abhyasa_mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Decide(a) => cli::client::decide(a),
         Command::Card(a) => cli::client::card(a),
         Command::Store(c) => cli::store::run(c),
+        Command::Mcp(a) => a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
