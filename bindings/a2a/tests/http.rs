@@ -633,3 +633,49 @@ async fn custodian_node_over_http_applied_and_deferred_then_final() {
     alice.shutdown().await.unwrap();
     bob.node.shutdown().await.unwrap();
 }
+
+// C-T-6 over the live server: arbitrary bytes to every endpoint get a JSON
+// error (never a 5xx, never a dropped connection) and the node keeps
+// serving; nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_t_6_arbitrary_bodies_get_json_errors() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let r = receiver(vec![alice_peer(None)], 0).await;
+    let base = r.server.base_url.clone();
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let bytes = proptest::collection::vec(proptest::num::u8::ANY, 0..600);
+    let v1 = ("a2a-version", "1.0");
+    for _ in 0..48 {
+        let body = bytes.new_tree(&mut runner).unwrap().current();
+        for path in [
+            "/",
+            "/message:send",
+            "/abhyasa/obligations",
+            "/abhyasa/custody_ack",
+        ] {
+            let resp = post(&format!("{base}{path}"), &[AUTH, JSON, v1], body.clone()).await;
+            assert!(
+                matches!(resp.status, 200 | 400 | 413),
+                "{path}: {} {:?}",
+                resp.status,
+                resp.body
+            );
+            assert!(
+                resp.body.get("error").is_some(),
+                "{path}: not a JSON error: {:?}",
+                resp.body
+            );
+        }
+    }
+    let ok = post(
+        &format!("{base}/abhyasa/obligations"),
+        &[AUTH, JSON],
+        obligation("after-fuzz", None).to_string(),
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let applied = r.applied.lock().unwrap().clone();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    r.node.shutdown().await.unwrap();
+}
