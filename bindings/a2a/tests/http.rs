@@ -679,3 +679,149 @@ async fn c_t_6_arbitrary_bodies_get_json_errors() {
     assert_eq!(applied.len(), 1, "{applied:?}");
     r.node.shutdown().await.unwrap();
 }
+
+/// A lossy HTTP hop in front of `target`: per request, seeded, it drops the
+/// request (502, nothing forwarded), forwards it twice (duplicate), or
+/// forwards it and drops the answer (502: the ack is lost after apply).
+async fn lossy_hop(
+    target: String,
+    seed: u64,
+    p_drop: u64,
+    p_dup: u64,
+    p_ack_loss: u64,
+) -> (String, Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let faults = Arc::new(AtomicU64::new(0));
+    let f = faults.clone();
+    use axum::http::{HeaderMap, Uri};
+    let rng = Arc::new(Mutex::new(seed | 1));
+    let draw = move || {
+        // xorshift64*: deterministic per request order; percent in 0..100.
+        let mut s = rng.lock().unwrap();
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) % 100
+    };
+    let app = axum::Router::new().fallback(move |uri: Uri, h: HeaderMap, body: Bytes| {
+        let target = target.clone();
+        let draw = draw.clone();
+        let f = f.clone();
+        async move {
+            let bad = axum::http::StatusCode::BAD_GATEWAY;
+            let (d, dup, loss) = (draw(), draw(), draw());
+            if d < p_drop {
+                f.fetch_add(1, Ordering::Relaxed);
+                return (bad, Bytes::new());
+            }
+            let url = format!("{target}{}", uri.path());
+            let hdrs: Vec<(String, String)> = h
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+                .collect();
+            let hv: Vec<(&str, &str)> =
+                hdrs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            if dup < p_dup {
+                f.fetch_add(1, Ordering::Relaxed);
+                let _ = post(&url, &hv, body.clone()).await;
+            }
+            let r = post(&url, &hv, body).await;
+            if loss < p_ack_loss {
+                f.fetch_add(1, Ordering::Relaxed);
+                return (bad, Bytes::new());
+            }
+            let status = axum::http::StatusCode::from_u16(r.status).unwrap();
+            let out = if r.body.is_null() {
+                Bytes::new()
+            } else {
+                Bytes::from(r.body.to_string())
+            };
+            (status, out)
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, faults)
+}
+
+// C-TR-1 over the HTTP binding: a custodian node reaches its receiver only
+// through a lossy hop (drops, duplicates, lost acks). Every obligation ends
+// applied or escalated, none is applied twice, and most get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_tr_1_http_lossy_hop_delivers_or_reports() {
+    let a_port = free_port();
+    let a_url = format!("http://127.0.0.1:{a_port}");
+    let bob = receiver(
+        vec![HttpPeer {
+            agent: agent("alice"),
+            token: "alice-secret".into(),
+            custody_ack_endpoint: Some(format!("{a_url}/abhyasa/custody_ack")),
+            obligation_endpoint: None,
+            outbound_token: Some("bob-secret".into()),
+        }],
+        0,
+    )
+    .await;
+    let (hop, faults) = lossy_hop(bob.server.base_url.clone(), 11, 30, 20, 30).await;
+    let mut cfg = HttpConfig::loopback(
+        "alice",
+        vec![HttpPeer {
+            agent: agent("bob"),
+            token: "bob-secret".into(),
+            custody_ack_endpoint: None,
+            obligation_endpoint: Some(format!("{hop}/abhyasa/obligations")),
+            outbound_token: Some("alice-secret".into()),
+        }],
+        profiles(),
+    );
+    cfg.listen = SocketAddr::from(([127, 0, 0, 1], a_port));
+    let (t, _a_server) = abhyasa_a2a::start(agent("alice"), cfg).await.unwrap();
+    let alice = Node::open(fast_options("alice"), Box::new(SimStore::new()), t)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let ob = Obligation::builder()
+            .id(format!("lossy-{i}"))
+            .kind("anumati.consent")
+            .target("bob")
+            .payload(json!({"decision": "revoke", "scope": format!("s-{i}")}))
+            .deadline_seconds(15)
+            .max_retries(abhyasa_core::min_retries_to_span(15, 0.1, 0.4) as i64 + 2)
+            .created_at(alice.now())
+            .build()
+            .unwrap();
+        alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    let mut states = HashMap::new();
+    for id in &ids {
+        let out = tokio::time::timeout(Duration::from_secs(25), alice.outcome(id))
+            .await
+            .unwrap()
+            .unwrap();
+        *states.entry(out.state).or_insert(0) += 1;
+    }
+    assert!(
+        states
+            .keys()
+            .all(|s| matches!(s, TerminalState::Applied | TerminalState::Escalated)),
+        "{states:?}"
+    );
+    assert!(
+        states.get(&TerminalState::Applied).copied().unwrap_or(0) >= 36,
+        "{states:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let applied = bob.applied.lock().unwrap().clone();
+    assert!(
+        applied.values().all(|n| *n == 1),
+        "applied twice: {applied:?}"
+    );
+    let faults = faults.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(faults >= 20, "the hop injected only {faults} faults");
+    assert_eq!(alice.inbox().await.unwrap().pending, 0);
+    alice.shutdown().await.unwrap();
+    bob.node.shutdown().await.unwrap();
+}
