@@ -39,7 +39,32 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/abhyasa/obligations", post(obligations))
         .route("/abhyasa/custody_ack", post(custody_ack))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), limit))
         .with_state(state)
+}
+
+/// Bounds the requests being served at once, before any body is read.
+async fn limit(
+    AxState(s): St,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match s.inflight.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let r = next.run(req).await;
+            drop(permit);
+            r
+        }
+        Err(_) => {
+            s.stats.overloaded.fetch_add(1, Ordering::Relaxed);
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                None,
+                "too many requests in flight; retry later",
+            )
+        }
+    }
 }
 
 /// A JSON error body `{"error": {"code", "field", "message"}}`.

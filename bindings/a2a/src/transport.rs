@@ -94,6 +94,10 @@ pub struct HttpConfig {
     /// Requests waiting for an ack at once, across peers (default 4096);
     /// beyond it requests get 503 (bounded memory, C-ND-5).
     pub max_waiting: usize,
+    /// Requests being served at once, authenticated or not (default 256);
+    /// beyond it requests get 503 before anything is read (bounded memory
+    /// under a hostile client, C-ND-5).
+    pub max_inflight: usize,
     /// Timeout of our outbound POSTs (default 5 s).
     pub client_timeout: Duration,
     /// Link knobs (frame limit, queues).
@@ -117,6 +121,7 @@ impl HttpConfig {
             max_body: 64 * 1024,
             sync_wait: Duration::from_secs(2),
             max_waiting: 4096,
+            max_inflight: 256,
             client_timeout: Duration::from_secs(5),
             link: LinkConfig::default(),
         }
@@ -188,6 +193,8 @@ pub struct HttpStats {
     pub push_failures: AtomicU64,
     /// Obligations POSTed to peers.
     pub obligations_posted: AtomicU64,
+    /// Requests refused 503 because `max_inflight` were being served.
+    pub overloaded: AtomicU64,
 }
 
 pub(crate) struct PeerSide {
@@ -210,6 +217,7 @@ pub(crate) struct State {
     client: JsonClient,
     registry: Registry,
     pub(crate) stats: Arc<HttpStats>,
+    pub(crate) inflight: Arc<tokio::sync::Semaphore>,
 }
 
 /// A running HTTP binding: its address, its card and its counters. The
@@ -317,6 +325,7 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
         client: JsonClient::new(cfg.client_timeout),
         registry: registry.clone(),
         stats: stats.clone(),
+        inflight: Arc::new(tokio::sync::Semaphore::new(cfg.max_inflight.max(1))),
     });
     let stop = registry.shutdown_token();
     for (peer, rx, guard) in outbound {

@@ -825,3 +825,53 @@ async fn c_tr_1_http_lossy_hop_delivers_or_reports() {
     alice.shutdown().await.unwrap();
     bob.node.shutdown().await.unwrap();
 }
+
+// C-ND-5: requests in flight are bounded before anything is read: while a
+// slow client holds the only slot, the next request gets 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inflight_requests_are_bounded() {
+    use tokio::io::AsyncWriteExt;
+    let mut cfg = HttpConfig::loopback("bob", vec![alice_peer(None)], profiles());
+    cfg.max_inflight = 1;
+    let (t, server) = abhyasa_a2a::start(agent("bob"), cfg).await.unwrap();
+    let node = Node::open(NodeOptions::new(agent("bob")), Box::new(SimStore::new()), t)
+        .await
+        .unwrap();
+    let mut slow = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slow.write_all(
+        b"POST /abhyasa/obligations HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-secret\r\n\
+          content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"obl",
+    )
+    .await
+    .unwrap();
+    let url = format!("{}/abhyasa/obligations", server.base_url);
+    let mut refused = false;
+    for _ in 0..100 {
+        let r = post(&url, &[AUTH, JSON], obligation("x", None).to_string()).await;
+        if r.status == 503 {
+            assert_eq!(r.body["error"]["code"], json!("overloaded"));
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        refused,
+        "a second request was served while the slot was held"
+    );
+    drop(slow);
+    let mut served = false;
+    for _ in 0..100 {
+        if post(&url, &[AUTH, JSON], obligation("y", None).to_string())
+            .await
+            .status
+            == 200
+        {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served, "the slot was not released");
+    node.shutdown().await.unwrap();
+}
