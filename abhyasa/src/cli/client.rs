@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use abhyasa::clock::{Clock, SystemClock};
-use abhyasa_core::{min_retries_to_span, Backoff, Kind, KindProfile};
+use abhyasa_core::{min_retries_to_span, Backoff, Kind};
 use serde_json::{json, Value};
 
 use crate::config::NodeConfig;
@@ -447,37 +447,21 @@ pub(crate) fn card(a: CardArgs) -> Result<(), String> {
     let cfg = NodeConfig::load(&a.dir)?;
     let endpoint = cfg.endpoint();
     let deadline = cfg.raw.card_deadline_seconds;
-    let (base, cap) = (
-        cfg.backoff.base.as_secs_f64(),
-        cfg.backoff.cap.as_secs_f64(),
-    );
-    let max_retries = min_retries_to_span(deadline, base, cap) + 1;
+    // v1 advertises whole-second caps: `kind_profile` sizes max_retries for
+    // the cap as advertised (and the real one), so the card passes its own
+    // AB-2 check even for a cap like 1.5 s.
     let mut kinds = Vec::new();
     for k in abhyasa_core::polarity::PolarityRegistry::standard().kinds() {
-        let p = KindProfile {
-            kind: Kind::new(&k).map_err(|e| format!("kind {k}: {e}"))?,
-            obligation_endpoint: endpoint.clone(),
-            deadline_seconds: deadline,
-            max_retries,
-            backoff: "exponential".into(),
-            backoff_base_seconds: base,
-            backoff_cap_seconds: cfg.backoff.cap.as_secs().max(1),
-        };
-        p.validate()
+        let kind = Kind::new(&k).map_err(|e| format!("kind {k}: {e}"))?;
+        let p = abhyasa_a2a::card::kind_profile(kind, endpoint.clone(), deadline, &cfg.backoff)
             .map_err(|e| format!("kind profile for {k}: {e}"))?;
-        kinds.push(p.to_json_value());
+        kinds.push(p);
     }
-    let entry = json!({
-        "uri": "https://ravikiran438.github.io/abhyasa-protocol/v1",
-        "description": format!(
-            "Abhyasa custody (deliver-or-report) for governance obligations; agent {}",
-            cfg.agent
-        ),
-        "params": {
-            "version": "1.0.0",
-            "custody_ack_endpoint": endpoint,
-            "supported_kinds": kinds,
-        },
-    });
-    print_json(&entry)
+    let service = abhyasa_a2a::AbhyasaServiceRef::new(endpoint, kinds)
+        .map_err(|e| format!("agent card: {e}"))?;
+    let entry = service.to_extension(format!(
+        "Abhyasa custody (deliver-or-report) for governance obligations; agent {}",
+        cfg.agent
+    ));
+    print_json(&serde_json::to_value(entry).map_err(|e| e.to_string())?)
 }

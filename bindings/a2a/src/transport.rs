@@ -1,0 +1,549 @@
+//! The HTTP binding as a node transport.
+//!
+//! [`start`] binds the A2A/HTTP server and returns an ordinary
+//! [`Transport`]: every configured peer is one always-up link of an
+//! [`abhyasa_transport::link::Registry`], so the node sees HTTP peers like
+//! QUIC ones and keeps the same custody guarantees (AB-3 keyed on the
+//! authenticated peer, acks bound, write-ahead).
+//!
+//! * An authenticated `POST` carrying an obligation becomes an
+//!   `Incoming::Frame` from that peer. The node's ack frame to that peer
+//!   answers the waiting request (200 for applied/declined, 202 for
+//!   deferred); a final ack with no request waiting (it came after a
+//!   deferral or after the wait ran out) is POSTed to the peer's
+//!   `custody_ack_endpoint`.
+//! * `POST /abhyasa/custody_ack` from a peer becomes an ack frame from it.
+//! * An obligation frame the node sends to a peer with an
+//!   `obligation_endpoint` is POSTed there; a `200` ack in the answer is fed
+//!   back as an ack frame from that peer; a `202` leaves the final ack to
+//!   the peer's later POST to our `/abhyasa/custody_ack`.
+//!
+//! The binding never acks anything itself: every ack is the node's, sent
+//! only after its records are durable (write-ahead).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use abhyasa_core::wire::{Envelope, Message, ProtocolError};
+use abhyasa_core::{AckStatus, AgentId, CustodyAck, KindProfile, Obligation, ObligationId};
+use abhyasa_transport::link::{decode_message, InboundSink, LinkGuard, Registry};
+use abhyasa_transport::{LinkConfig, Transport};
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::card::{agent_card, AbhyasaServiceRef, AgentCard, ServiceRefError};
+use crate::client::{check_endpoint, JsonClient};
+
+/// One peer of the HTTP binding: who it is, how it proves it, and where
+/// its endpoints are.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpPeer {
+    /// The peer's agent id: the custodian AB-3 keys idempotency on for
+    /// everything this peer's credential sends.
+    pub agent: AgentId,
+    /// The bearer credential the peer presents to us (declared in the
+    /// card's security schemes). Unique per peer.
+    pub token: String,
+    /// Where this peer, as custodian, receives asynchronous final acks.
+    pub custody_ack_endpoint: Option<String>,
+    /// Where we POST obligations for this peer (we as custodian).
+    pub obligation_endpoint: Option<String>,
+    /// The credential we present on our POSTs to the peer.
+    pub outbound_token: Option<String>,
+}
+
+impl std::fmt::Debug for HttpPeer {
+    // Credentials never reach logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpPeer")
+            .field("agent", &self.agent)
+            .field("custody_ack_endpoint", &self.custody_ack_endpoint)
+            .field("obligation_endpoint", &self.obligation_endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configuration of the HTTP binding.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// Base URL advertised in the card (no trailing slash); default
+    /// `http://<bound address>`.
+    pub public_url: Option<String>,
+    /// Serve plain HTTP. Only allowed on a loopback address, and only when
+    /// set: this build has no TLS server (mTLS is future work), so the
+    /// binding refuses to start otherwise.
+    pub plain_http_loopback: bool,
+    /// The peers and their credentials.
+    pub peers: Vec<HttpPeer>,
+    /// Kind profiles for the card; their `obligation_endpoint` is replaced
+    /// by this server's (the card tells the truth).
+    pub profiles: Vec<KindProfile>,
+    /// Agent name in the card.
+    pub name: String,
+    /// Largest request body, in bytes (default 64 KiB).
+    pub max_body: usize,
+    /// How long a request waits for the node's ack before it is answered
+    /// `202` (default 2 s).
+    pub sync_wait: Duration,
+    /// Requests waiting for an ack at once, across peers (default 4096);
+    /// beyond it requests get 503 (bounded memory, C-ND-5).
+    pub max_waiting: usize,
+    /// Requests being served at once, authenticated or not (default 256);
+    /// beyond it requests get 503 before anything is read (bounded memory
+    /// under a hostile client, C-ND-5).
+    pub max_inflight: usize,
+    /// Timeout of our outbound POSTs (default 5 s).
+    pub client_timeout: Duration,
+    /// Link knobs (frame limit, queues).
+    pub link: LinkConfig,
+}
+
+impl HttpConfig {
+    /// Defaults for a loopback test server with plain HTTP explicitly on.
+    pub fn loopback(
+        name: impl Into<String>,
+        peers: Vec<HttpPeer>,
+        profiles: Vec<KindProfile>,
+    ) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            public_url: None,
+            plain_http_loopback: true,
+            peers,
+            profiles,
+            name: name.into(),
+            max_body: 64 * 1024,
+            sync_wait: Duration::from_secs(2),
+            max_waiting: 4096,
+            max_inflight: 256,
+            client_timeout: Duration::from_secs(5),
+            link: LinkConfig::default(),
+        }
+    }
+}
+
+/// Why the binding did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// Plain HTTP was not explicitly allowed, or the address is not
+    /// loopback (no TLS server in this build).
+    #[error("refusing plain HTTP on {0}: set plain_http_loopback and bind a loopback address (TLS/mTLS is not built yet)")]
+    PlainHttpNotAllowed(SocketAddr),
+    /// Two peers share a credential, or a credential is empty.
+    #[error("peer {0}: bearer credential must be non-empty and unique per peer")]
+    BadCredential(AgentId),
+    /// A peer endpoint is not usable.
+    #[error("peer {peer}: endpoint {url}: {reason}")]
+    BadEndpoint {
+        /// The peer.
+        peer: AgentId,
+        /// The URL.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The card's service ref is invalid (e.g. the AB-2 sizing rule).
+    #[error("agent card: {0}")]
+    Card(#[from] ServiceRefError),
+    /// Binding the socket failed.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The transport shut down while starting.
+    #[error("transport shut down while starting")]
+    ShuttingDown,
+}
+
+/// What the node answered a waiting request with.
+#[derive(Debug, Clone)]
+pub(crate) enum Answer {
+    Ack(CustodyAck),
+    Error(ProtocolError),
+}
+
+/// Why an obligation could not be handed to the node.
+#[derive(Debug)]
+pub(crate) enum SubmitError {
+    /// Too many requests are waiting.
+    Busy,
+    /// The node dropped its incoming receiver.
+    Gone,
+}
+
+/// Counters of the binding.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    /// Requests refused 401.
+    pub unauthenticated: AtomicU64,
+    /// Final acks POSTed to a custodian's endpoint.
+    pub acks_pushed: AtomicU64,
+    /// Final acks that could not be pushed (the custodian's retry will
+    /// get them re-acked).
+    pub push_failures: AtomicU64,
+    /// Obligations POSTed to peers.
+    pub obligations_posted: AtomicU64,
+    /// Requests refused 503 because `max_inflight` were being served.
+    pub overloaded: AtomicU64,
+}
+
+pub(crate) struct PeerSide {
+    pub(crate) config: HttpPeer,
+    pub(crate) sink: tokio::sync::Mutex<InboundSink>,
+}
+
+type WaitKey = (AgentId, ObligationId);
+
+pub(crate) struct State {
+    pub(crate) local: AgentId,
+    pub(crate) tokens: HashMap<String, AgentId>,
+    pub(crate) peers: HashMap<AgentId, PeerSide>,
+    waiting: Mutex<HashMap<WaitKey, Vec<oneshot::Sender<Answer>>>>,
+    pub(crate) card: Bytes,
+    pub(crate) max_body: usize,
+    pub(crate) sync_wait: Duration,
+    max_waiting: usize,
+    max_frame: usize,
+    client: JsonClient,
+    registry: Registry,
+    pub(crate) stats: Arc<HttpStats>,
+    pub(crate) inflight: Arc<tokio::sync::Semaphore>,
+}
+
+/// A running HTTP binding: its address, its card and its counters. The
+/// server stops with the transport (`TransportHandle::shutdown`).
+#[derive(Clone, Debug)]
+pub struct HttpServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The base URL the card advertises.
+    pub base_url: String,
+    /// The card served at `/.well-known/agent-card.json`.
+    pub card: AgentCard,
+    /// Counters.
+    pub stats: Arc<HttpStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each critical section is a single map operation; ignore poisoning.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the HTTP binding for `local`: binds, builds the card, attaches
+/// one link per peer and serves until the transport shuts down.
+pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpServer), HttpError> {
+    if !(cfg.plain_http_loopback && cfg.listen.ip().is_loopback()) {
+        return Err(HttpError::PlainHttpNotAllowed(cfg.listen));
+    }
+    let mut tokens = HashMap::new();
+    for p in &cfg.peers {
+        if p.token.is_empty() || tokens.insert(p.token.clone(), p.agent.clone()).is_some() {
+            return Err(HttpError::BadCredential(p.agent.clone()));
+        }
+        for url in [&p.custody_ack_endpoint, &p.obligation_endpoint]
+            .into_iter()
+            .flatten()
+        {
+            check_endpoint(url).map_err(|reason| HttpError::BadEndpoint {
+                peer: p.agent.clone(),
+                url: url.clone(),
+                reason,
+            })?;
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| HttpError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| HttpError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
+    let base_url = cfg
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"))
+        .trim_end_matches('/')
+        .to_string();
+    let profiles = cfg
+        .profiles
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            p.obligation_endpoint = format!("{base_url}/abhyasa/obligations");
+            p
+        })
+        .collect();
+    let service = AbhyasaServiceRef::new(format!("{base_url}/abhyasa/custody_ack"), profiles)?;
+    let card = agent_card(&cfg.name, &base_url, &service);
+    let card_json = Bytes::from(serde_json::to_vec(&card).unwrap_or_default());
+
+    let (registry, transport) = Registry::new(local.clone(), cfg.link.clone());
+    registry.set_local_addr(addr);
+    let mut peers = HashMap::new();
+    let mut outbound = Vec::new();
+    for p in &cfg.peers {
+        registry.add_peer(p.agent.clone());
+        // HTTP has no connection to lose: the link is up for the life of
+        // the transport, and custody retries whatever a POST loses.
+        let link = registry
+            .attach(&p.agent)
+            .await
+            .map_err(|_| HttpError::ShuttingDown)?;
+        peers.insert(
+            p.agent.clone(),
+            PeerSide {
+                config: p.clone(),
+                sink: tokio::sync::Mutex::new(link.inbound),
+            },
+        );
+        outbound.push((p.agent.clone(), link.outbound, link.guard));
+    }
+    let stats = Arc::new(HttpStats::default());
+    let state = Arc::new(State {
+        local,
+        tokens,
+        peers,
+        waiting: Mutex::new(HashMap::new()),
+        card: card_json,
+        max_body: cfg.max_body,
+        sync_wait: cfg.sync_wait,
+        max_waiting: cfg.max_waiting.max(1),
+        max_frame: cfg.link.max_frame,
+        client: JsonClient::new(cfg.client_timeout),
+        registry: registry.clone(),
+        stats: stats.clone(),
+        inflight: Arc::new(tokio::sync::Semaphore::new(cfg.max_inflight.max(1))),
+    });
+    let stop = registry.shutdown_token();
+    for (peer, rx, guard) in outbound {
+        registry.spawn(outbound_loop(state.clone(), peer, rx, guard, stop.clone()));
+    }
+    let app = crate::server::router(state);
+    registry.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(%e, "A2A HTTP server stopped");
+        }
+    });
+    Ok((
+        transport,
+        HttpServer {
+            addr,
+            base_url,
+            card,
+            stats,
+        },
+    ))
+}
+
+impl State {
+    /// Hands an obligation from `peer` to the node and waits (bounded) for
+    /// the node's answer. `Ok(None)`: no answer within `sync_wait`; the
+    /// final ack will be pushed to the peer's `custody_ack_endpoint`.
+    pub(crate) async fn submit(
+        &self,
+        peer: &AgentId,
+        obligation: Obligation,
+    ) -> Result<Option<Answer>, SubmitError> {
+        let Some(side) = self.peers.get(peer) else {
+            return Err(SubmitError::Gone);
+        };
+        let key = (peer.clone(), obligation.id().clone());
+        let (tx, rx) = oneshot::channel();
+        {
+            // Registered before the frame is pushed, so the ack cannot
+            // overtake its waiter.
+            let mut w = lock(&self.waiting);
+            let total: usize = w.values().map(Vec::len).sum();
+            if total >= self.max_waiting {
+                return Err(SubmitError::Busy);
+            }
+            w.entry(key.clone()).or_default().push(tx);
+        }
+        let mut frame = Vec::new();
+        Envelope::new(peer.clone(), Message::Obligation(obligation)).encode_frame(&mut frame);
+        let pushed = side.sink.lock().await.push_message(&frame).await;
+        if pushed.is_err() {
+            self.forget(&key);
+            return Err(SubmitError::Gone);
+        }
+        let answer = tokio::time::timeout(self.sync_wait, rx).await;
+        self.forget(&key);
+        Ok(answer.ok().and_then(Result::ok))
+    }
+
+    /// Drops waiters whose request is gone (answered or timed out).
+    fn forget(&self, key: &WaitKey) {
+        let mut w = lock(&self.waiting);
+        if let Some(v) = w.get_mut(key) {
+            v.retain(|s| !s.is_closed());
+            if v.is_empty() {
+                w.remove(key);
+            }
+        }
+    }
+
+    /// Feeds acks a peer POSTed (or answered) to the node, as a frame from
+    /// that peer.
+    pub(crate) async fn deliver_acks(&self, peer: &AgentId, acks: Vec<CustodyAck>) -> bool {
+        let Some(side) = self.peers.get(peer) else {
+            return false;
+        };
+        let mut frame = Vec::new();
+        Envelope::new(peer.clone(), Message::Acks(acks)).encode_frame(&mut frame);
+        side.sink.lock().await.push_message(&frame).await.is_ok()
+    }
+
+    fn take_waiters(&self, key: &WaitKey) -> Vec<oneshot::Sender<Answer>> {
+        lock(&self.waiting).remove(key).unwrap_or_default()
+    }
+}
+
+/// Frames the node sends to one peer.
+async fn outbound_loop(
+    state: Arc<State>,
+    peer: AgentId,
+    mut rx: mpsc::Receiver<Bytes>,
+    guard: LinkGuard,
+    stop: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            _ = stop.cancelled() => break,
+            f = rx.recv() => match f { Some(f) => f, None => break },
+        };
+        let envelope = match decode_message(&frame, state.max_frame) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(%peer, %e, "undecodable frame from the node");
+                continue;
+            }
+        };
+        match envelope.message {
+            Message::Acks(acks) => {
+                for ack in acks {
+                    answer_or_push(&state, &peer, ack);
+                }
+            }
+            Message::Error(e) => match e.obligation_id.clone() {
+                Some(id) => {
+                    for w in state.take_waiters(&(peer.clone(), id)) {
+                        let _ = w.send(Answer::Error(e.clone()));
+                    }
+                }
+                None => tracing::debug!(%peer, message = %e.message, "protocol error to peer"),
+            },
+            Message::Obligation(ob) => {
+                let s = state.clone();
+                let p = peer.clone();
+                state
+                    .registry
+                    .spawn(async move { post_obligation(&s, &p, ob).await });
+            }
+            // Status queries have no HTTP form in v1: custody retries the
+            // obligation instead, and the receiver re-acks (AB-3).
+            Message::StatusQuery(_) | Message::StatusReply(_) => {}
+        }
+    }
+    guard.close().await;
+}
+
+/// An ack the node sent: to the request waiting for it, else (a final
+/// ack) to the custodian's `custody_ack_endpoint`.
+fn answer_or_push(state: &Arc<State>, peer: &AgentId, ack: CustodyAck) {
+    let waiters = state.take_waiters(&(peer.clone(), ack.obligation_id.clone()));
+    let mut answered = false;
+    for w in waiters {
+        answered |= w.send(Answer::Ack(ack.clone())).is_ok();
+    }
+    if answered || ack.status == AckStatus::Deferred {
+        // A deferral with nobody waiting carries nothing the custodian's
+        // schedule does not already assume.
+        return;
+    }
+    let Some(url) = state
+        .peers
+        .get(peer)
+        .and_then(|p| p.config.custody_ack_endpoint.clone())
+    else {
+        tracing::debug!(%peer, id = %ack.obligation_id, "final ack with no custody_ack_endpoint; the redelivery will be re-acked");
+        return;
+    };
+    let s = state.clone();
+    let p = peer.clone();
+    state.registry.spawn(async move {
+        let token = s
+            .peers
+            .get(&p)
+            .and_then(|x| x.config.outbound_token.clone());
+        let body = ack.to_json();
+        // A few attempts; after that the custodian's own retry (AB-2) gets
+        // the ack re-sent synchronously.
+        for attempt in 0..3u32 {
+            match s.client.post(&url, token.as_deref(), body.clone()).await {
+                Ok(r) if (200..300).contains(&r.status) => {
+                    s.stats.acks_pushed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Ok(r) => tracing::warn!(peer = %p, status = r.status, "custody_ack push refused"),
+                Err(e) => tracing::debug!(peer = %p, %e, "custody_ack push failed"),
+            }
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        s.stats.push_failures.fetch_add(1, Ordering::Relaxed);
+    });
+}
+
+/// We are the custodian: POST the obligation to the peer's endpoint.
+async fn post_obligation(state: &State, peer: &AgentId, ob: Obligation) {
+    let Some(side) = state.peers.get(peer) else {
+        return;
+    };
+    let Some(url) = side.config.obligation_endpoint.as_deref() else {
+        tracing::debug!(%peer, "no obligation_endpoint for peer; custody will escalate");
+        return;
+    };
+    state
+        .stats
+        .obligations_posted
+        .fetch_add(1, Ordering::Relaxed);
+    let reply = match state
+        .client
+        .post(url, side.config.outbound_token.as_deref(), ob.to_json())
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%peer, %e, "obligation POST failed; custody retries");
+            return;
+        }
+    };
+    match reply.status {
+        // 200 carries the ack; 202 may carry a deferral.
+        200 | 202 => match CustodyAck::from_json(&reply.body) {
+            Ok(ack) => {
+                state.deliver_acks(peer, vec![ack]).await;
+            }
+            Err(e) if reply.status == 200 => {
+                tracing::warn!(%peer, %e, "200 without a valid CustodyAck")
+            }
+            Err(_) => {}
+        },
+        s => tracing::debug!(%peer, status = s, "obligation POST refused; custody retries"),
+    }
+}
