@@ -24,5 +24,11 @@ pub mod sim;
 pub mod store;
 pub mod wire;
 
+// The README's Rust blocks run as doctests of this crate, so its library
+// example cannot drift from the API (issue 11 §6).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};
 pub use model::*;
