@@ -361,3 +361,35 @@ fn c_t_5_most_generated_obligations_are_accepted() {
     }
     assert!(built * 2 > total, "only {built} of {total} specs built");
 }
+
+// C-T-5 (found by `c_t_5_arbitrary_obligations_round_trip_or_are_refused`):
+// a double in [2^53, 2^64) whose shortest form ends in zeros it does not
+// hold exactly. 2^60 is written `1152921504606847000` (RFC 8785), an
+// integer literal no double equals (2^60 = 1152921504606846976); the
+// builder accepts the double, so reading that literal back must give the
+// same double, not a refusal ("only if exactly a double").
+#[test]
+fn c_t_5_doubles_written_as_inexact_integer_literals_round_trip() {
+    for (x, canonical) in [
+        (2f64.powi(60), "1152921504606847000"),
+        (-(2f64.powi(60)), "-1152921504606847000"),
+        (2f64.powi(63), "9223372036854776000"),
+        (-(2f64.powi(62)), "-4611686018427388000"),
+    ] {
+        let o = Obligation::builder()
+            .id("issue-10")
+            .kind("custom.kind")
+            .target("receiver")
+            .payload(json!({ "x": x }))
+            .deadline_seconds(600)
+            .max_retries(64)
+            .created_at(Timestamp::from_unix_seconds(1_780_000_000))
+            .build()
+            .unwrap_or_else(|e| panic!("{x} refused: {e}"));
+        assert_eq!(
+            o.payload().canonical_json(),
+            format!(r#"{{"x":{canonical}}}"#)
+        );
+        assert_round_trips(&o);
+    }
+}
