@@ -23,14 +23,92 @@ pub enum Authorization {
     Withheld,
 }
 
-/// Who set an authorization.
+/// Who set an authorization, and (for entries written by this version)
+/// when and why.
+///
+/// Variants are only ever appended: stores encode this enum by variant
+/// index, so entries written before `When`-carrying variants existed
+/// still read back (as the first two).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionSource {
-    /// Issuing or failing-safe an obligation.
+    /// Issuing or failing-safe an obligation (written by older versions:
+    /// no time, no cause).
     Obligation(ObligationId),
-    /// The principal's explicit decision.
+    /// The principal's explicit decision (written by older versions: no
+    /// time).
     Principal,
+    /// The principal's explicit decision, taken at `at`.
+    PrincipalAt {
+        /// When it was taken.
+        at: Timestamp,
+    },
+    /// An obligation's action on the key: its issue or its fail-safe.
+    ObligationAt {
+        /// The obligation.
+        obligation_id: ObligationId,
+        /// Why it changed the key.
+        cause: ChangeCause,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+/// Why an obligation changed an authorization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeCause {
+    /// Issued: the decision the obligation carries, applied at offer
+    /// (an Anumati revocation's immediate withhold).
+    Issued,
+    /// Fail-safe on escalation (AB-4).
+    FailSafeEscalation,
+    /// Fail-safe on decline (default policy, or the principal's
+    /// resolution of a surfaced decline).
+    FailSafeDecline,
+}
+
+impl DecisionSource {
+    /// The obligation behind the change, if any (the principal's own
+    /// decisions have none).
+    pub fn obligation_id(&self) -> Option<&ObligationId> {
+        match self {
+            Self::Obligation(id)
+            | Self::ObligationAt {
+                obligation_id: id, ..
+            } => Some(id),
+            Self::Principal | Self::PrincipalAt { .. } => None,
+        }
+    }
+
+    /// When the change was made (unknown for entries of older versions).
+    pub fn at(&self) -> Option<Timestamp> {
+        match self {
+            Self::PrincipalAt { at } | Self::ObligationAt { at, .. } => Some(*at),
+            Self::Obligation(_) | Self::Principal => None,
+        }
+    }
+
+    /// Why, as one word: `decision`, `issued`, `fail_safe_escalation`,
+    /// `fail_safe_decline`, or `obligation` (an older entry that did not
+    /// record whether it was the issue or a fail-safe).
+    pub fn why(&self) -> &'static str {
+        match self {
+            Self::Principal | Self::PrincipalAt { .. } => "decision",
+            Self::Obligation(_) => "obligation",
+            Self::ObligationAt { cause, .. } => match cause {
+                ChangeCause::Issued => "issued",
+                ChangeCause::FailSafeEscalation => "fail_safe_escalation",
+                ChangeCause::FailSafeDecline => "fail_safe_decline",
+            },
+        }
+    }
+
+    /// Same origin (the same obligation, or both the principal): the guard
+    /// treats a repeat from the same origin as already in effect.
+    fn same_origin(&self, other: &Self) -> bool {
+        self.obligation_id() == other.obligation_id()
+    }
 }
 
 /// The state of one governed key.
@@ -155,12 +233,39 @@ impl PrincipalState {
     /// Applies `safe(O)` through the guard. Returns what the guard did and
     /// the write to make durable, if any.
     pub fn apply_safe(&mut self, action: &SafeAction) -> (GuardOutcome, Option<PrincipalWrite>) {
+        self.apply_safe_from(
+            action,
+            DecisionSource::Obligation(action.obligation_id.clone()),
+        )
+    }
+
+    /// [`apply_safe`](Self::apply_safe), recording why and when on the
+    /// key's entry (shown by `abhyasa authorizations`).
+    pub fn apply_safe_at(
+        &mut self,
+        action: &SafeAction,
+        cause: ChangeCause,
+        at: Timestamp,
+    ) -> (GuardOutcome, Option<PrincipalWrite>) {
+        let source = DecisionSource::ObligationAt {
+            obligation_id: action.obligation_id.clone(),
+            cause,
+            at,
+        };
+        self.apply_safe_from(action, source)
+    }
+
+    fn apply_safe_from(
+        &mut self,
+        action: &SafeAction,
+        source: DecisionSource,
+    ) -> (GuardOutcome, Option<PrincipalWrite>) {
         match action.effect {
             SafeEffect::FailClosed => self.set_authorization(
                 &action.key,
                 Authorization::Withheld,
                 action.sequence,
-                DecisionSource::Obligation(action.obligation_id.clone()),
+                source,
             ),
             SafeEffect::DownWeight { magnitude } => {
                 // Additive: unguarded, clipped to the declared floor.
@@ -184,6 +289,27 @@ impl PrincipalState {
         state: Authorization,
         sequence: Option<Sequence>,
     ) -> (GuardOutcome, Option<PrincipalWrite>) {
+        self.decide_from(key, state, sequence, DecisionSource::Principal)
+    }
+
+    /// [`decide`](Self::decide), recording when on the key's entry.
+    pub fn decide_at(
+        &mut self,
+        key: &GovernedKey,
+        state: Authorization,
+        sequence: Option<Sequence>,
+        at: Timestamp,
+    ) -> (GuardOutcome, Option<PrincipalWrite>) {
+        self.decide_from(key, state, sequence, DecisionSource::PrincipalAt { at })
+    }
+
+    fn decide_from(
+        &mut self,
+        key: &GovernedKey,
+        state: Authorization,
+        sequence: Option<Sequence>,
+        source: DecisionSource,
+    ) -> (GuardOutcome, Option<PrincipalWrite>) {
         let seq = sequence.or_else(|| {
             Some(Sequence(
                 self.authorizations
@@ -192,7 +318,7 @@ impl PrincipalState {
                     .map_or(0, |s| s.0.saturating_add(1)),
             ))
         });
-        self.set_authorization(key, state, seq, DecisionSource::Principal)
+        self.set_authorization(key, state, seq, source)
     }
 
     /// Records the decision an offered obligation represents (e.g. an
@@ -203,8 +329,14 @@ impl PrincipalState {
         state: Authorization,
         sequence: Option<Sequence>,
         id: &ObligationId,
+        at: Timestamp,
     ) -> (GuardOutcome, Option<PrincipalWrite>) {
-        self.set_authorization(key, state, sequence, DecisionSource::Obligation(id.clone()))
+        let source = DecisionSource::ObligationAt {
+            obligation_id: id.clone(),
+            cause: ChangeCause::Issued,
+            at,
+        };
+        self.set_authorization(key, state, sequence, source)
     }
 
     fn set_authorization(
@@ -219,7 +351,7 @@ impl PrincipalState {
             if let Some(newest) = cur.sequence {
                 if s <= newest {
                     // Supersession guard: not newer than the newest applied.
-                    if cur.source == source && cur.state == state {
+                    if cur.source.same_origin(&source) && cur.state == state {
                         return (GuardOutcome::AlreadyInEffect, None);
                     }
                     return (GuardOutcome::Superseded { newest }, None);

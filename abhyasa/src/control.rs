@@ -12,6 +12,7 @@
 //! | `decide`      | `key`, `decision` (`granted` or `withheld`), `sequence` (optional) |
 //! | `resolve`     | `obligation_id`, `resolution` (`apply_safe` or `dismiss`)     |
 //! | `metrics`     |                                                               |
+//! | `authorizations` | (durable principal-side state per governed key)            |
 //!
 //! Each response is one line: `{"ok": true, "result": …}` or
 //! `{"ok": false, "error": {"code": …, "message": …}}` with `code` one of
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use abhyasa::{Node, NodeError, Outcome};
 use abhyasa_core::custody::{Offered, TerminalState};
-use abhyasa_core::principal::{Authorization, Resolution};
+use abhyasa_core::principal::{Authorization, PrincipalWrite, Resolution};
 use abhyasa_core::{AgentId, GovernedKey, Obligation, ObligationId, Sequence};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -62,6 +63,7 @@ pub(crate) enum Request {
         resolution: Resolution,
     },
     Metrics,
+    Authorizations,
 }
 
 /// The states `list` filters on.
@@ -295,6 +297,28 @@ pub(crate) async fn dispatch(
             Ok(to_value(&node.resolve(id, resolution).await?))
         }
         Request::Metrics => Ok(to_value(&node.metrics().await?)),
+        Request::Authorizations => {
+            // From the store: only what is durable is shown (C-ND-2).
+            let ds = node.durable_state().await?;
+            let mut rows: Vec<Value> = ds
+                .custodian
+                .principal
+                .iter()
+                .filter_map(|w| match w {
+                    PrincipalWrite::Authorization { key, entry } => Some(json!({
+                        "key": key.as_str(),
+                        "state": entry.state,
+                        "sequence": entry.sequence.map(|s| s.0),
+                        "why": entry.source.why(),
+                        "obligation_id": entry.source.obligation_id().map(|i| i.as_str()),
+                        "changed_at": entry.source.at().map(|t| t.to_rfc3339()),
+                    })),
+                    _ => None,
+                })
+                .collect();
+            rows.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
+            Ok(Value::Array(rows))
+        }
     }
 }
 

@@ -41,6 +41,9 @@ enum Command {
     Escalations(cli::client::ReadArgs),
     /// The node's metrics snapshot.
     Metrics(cli::client::ReadArgs),
+    /// Principal-side state per governed key: granted or withheld, its
+    /// sequence, and when and why it last changed (durable state only).
+    Authorizations(cli::client::ReadArgs),
     /// Records a principal decision on a key, or resolves a surfaced decline.
     Decide(cli::client::DecideArgs),
     /// Prints the A2A AgentCard extension entry for this node (config only).
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Escalations(a) => cli::client::escalations(a),
         Command::Metrics(a) => cli::client::metrics(a),
         Command::Decide(a) => cli::client::decide(a),
+        Command::Authorizations(a) => cli::client::authorizations(a),
         Command::Card(a) => cli::client::card(a),
         Command::Store(c) => cli::store::run(c),
         Command::Mcp(a) => a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket)),

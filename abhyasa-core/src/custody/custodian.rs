@@ -45,7 +45,8 @@ use crate::model::{
 };
 use crate::polarity::{Admission, PolarityRegistry};
 use crate::principal::{
-    Authorization, DecisionItem, PrincipalState, PrincipalWrite, Resolution, WeightRange,
+    Authorization, ChangeCause, DecisionItem, PrincipalState, PrincipalWrite, Resolution,
+    WeightRange,
 };
 use crate::wire::{ErrorCode, Message, ProtocolError, StatusReply};
 
@@ -500,7 +501,7 @@ impl Custodian {
                 });
             }
             // Validation is over: from here on the offer is accepted whole.
-            let principal = self.offer_decision(&ob, class.key.as_ref(), class.at_offer);
+            let principal = self.offer_decision(now, &ob, class.key.as_ref(), class.at_offer);
             let next_at = now.saturating_add(self.interval(&ob, 1));
             let due = next_at.min(deadline_at);
             let pending = Pending {
@@ -531,7 +532,7 @@ impl Custodian {
             });
             Ok(Offered::Custody { deadline_at })
         } else {
-            let principal = self.offer_decision(&ob, class.key.as_ref(), class.at_offer);
+            let principal = self.offer_decision(now, &ob, class.key.as_ref(), class.at_offer);
             let summary = TerminalSummary {
                 obligation_id: id.clone(),
                 digest: ob.digest(),
@@ -559,6 +560,7 @@ impl Custodian {
 
     fn offer_decision(
         &mut self,
+        now: Timestamp,
         ob: &Obligation,
         key: Option<&GovernedKey>,
         at_offer: Option<Authorization>,
@@ -566,7 +568,7 @@ impl Custodian {
         match (key, at_offer) {
             (Some(key), Some(state)) => self
                 .principal
-                .decide_at_offer(key, state, ob.sequence(), ob.id())
+                .decide_at_offer(key, state, ob.sequence(), ob.id(), now)
                 .1
                 .into_iter()
                 .collect(),
@@ -656,7 +658,9 @@ impl Custodian {
         } else {
             EscalationCause::Unreachable
         });
-        let (guard, write) = self.principal.apply_safe(&p.safe);
+        let (guard, write) =
+            self.principal
+                .apply_safe_at(&p.safe, ChangeCause::FailSafeEscalation, now);
         let escalation = Escalation {
             event_type: crate::model::ESCALATION_EVENT_TYPE.to_string(),
             obligation_id: id.clone(),
@@ -871,7 +875,9 @@ impl Custodian {
             DeclinePolicy::ApplySafe => {
                 // Declined ≠ applied: a decline discharges delivery, not
                 // protection.
-                let (guard, write) = self.principal.apply_safe(&p.safe);
+                let (guard, write) =
+                    self.principal
+                        .apply_safe_at(&p.safe, ChangeCause::FailSafeDecline, now);
                 (
                     DeclineDisposition::SafeApplied { guard },
                     write.into_iter().collect::<Vec<_>>(),
@@ -965,7 +971,7 @@ impl Custodian {
         state: Authorization,
         sequence: Option<Sequence>,
     ) -> crate::model::GuardOutcome {
-        let (guard, write) = self.principal.decide(key, state, sequence);
+        let (guard, write) = self.principal.decide_at(key, state, sequence, now);
         if let Some(w) = write {
             self.outbox.record(Record::Principal {
                 writes: vec![w],
@@ -987,7 +993,11 @@ impl Custodian {
         let mut writes = Vec::new();
         let guard = match resolution {
             Resolution::ApplySafe => {
-                let (g, w) = self.principal.apply_safe(&item.safe_action);
+                let (g, w) = self.principal.apply_safe_at(
+                    &item.safe_action,
+                    ChangeCause::FailSafeDecline,
+                    now,
+                );
                 writes.extend(w);
                 Some(g)
             }

@@ -333,6 +333,36 @@ pub(crate) fn metrics(a: ReadArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `abhyasa authorizations`: the durable principal-side state per
+/// governed key, and when and why it last changed.
+pub(crate) fn authorizations(a: ReadArgs) -> Result<(), String> {
+    let r = call(&a.target.socket()?, &Request::Authorizations)?;
+    if a.json {
+        return print_json(&r);
+    }
+    let rows = r.as_array().cloned().unwrap_or_default();
+    for row in &rows {
+        let seq = row["sequence"]
+            .as_u64()
+            .map_or_else(|| "-".to_string(), |n| n.to_string());
+        let by = row["obligation_id"]
+            .as_str()
+            .map(|id| format!(" ({id})"))
+            .unwrap_or_default();
+        println!(
+            "{:<32} {:<9} seq {:<6} {}{} at {}",
+            s(&row["key"]),
+            s(&row["state"]),
+            seq,
+            s(&row["why"]),
+            by,
+            row["changed_at"].as_str().unwrap_or("unknown")
+        );
+    }
+    println!("{} governed key(s)", rows.len());
+    Ok(())
+}
+
 /// `abhyasa escalations`.
 pub(crate) fn escalations(a: ReadArgs) -> Result<(), String> {
     let r = call(&a.target.socket()?, &Request::Escalations)?;
