@@ -45,10 +45,11 @@ struct Args {
     #[arg(long, default_value_t = 1_000)]
     keys: usize,
     /// Custody deadline of each obligation, seconds.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 10)]
     deadline: i64,
-    /// Retention past the deadline, milliseconds.
-    #[arg(long, default_value_t = 1_000)]
+    /// Retention past the deadline, milliseconds. Keep it above the time a
+    /// caller may take to ask for an outcome: see the `unknown` column.
+    #[arg(long, default_value_t = 5_000)]
     retention_ms: u64,
     /// Compaction interval, milliseconds.
     #[arg(long, default_value_t = 500)]
@@ -113,12 +114,13 @@ async fn soak(args: Args) -> Result<(), BoxError> {
         args.count, args.window, args.keys, args.deadline, args.retention_ms, args.interval_ms
     );
     println!(
-        "{:>10} {:>8} {:>10} {:>10} {:>12} {:>12}",
-        "done", "secs", "rss_kib", "applied", "alice_terms", "bob_ledger"
+        "{:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
+        "done", "secs", "rss_kib", "applied", "unknown", "alice_terms", "bob_ledger"
     );
     let start = Instant::now();
     let mut samples: Vec<(usize, u64)> = Vec::new();
     let mut applied = 0usize;
+    let mut unknown = 0usize;
     let mut done = 0usize;
     let mut next_report = args.report_every;
     while done < args.count {
@@ -138,12 +140,20 @@ async fn soak(args: Args) -> Result<(), BoxError> {
             set.spawn(async move {
                 let id = ob.id().clone();
                 alice.offer(ob).await?;
-                Ok::<_, abhyasa::NodeError>(alice.outcome(&id).await?.state)
+                match alice.outcome(&id).await {
+                    Ok(o) => Ok(Some(o.state)),
+                    // Compacted before the caller asked (retention shorter
+                    // than the caller's delay): counted, not fatal.
+                    Err(abhyasa::NodeError::Unknown(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
             });
         }
         while let Some(r) = set.join_next().await {
-            if r?? == TerminalState::Applied {
-                applied += 1;
+            match r?? {
+                Some(TerminalState::Applied) => applied += 1,
+                Some(_) => {}
+                None => unknown += 1,
             }
         }
         done += n;
@@ -153,7 +163,7 @@ async fn soak(args: Args) -> Result<(), BoxError> {
             let terms = alice.durable_state().await?.custodian.terminal.len();
             let ledger = bob.durable_state().await?.receiver.ledger.len();
             println!(
-                "{done:>10} {:>8.1} {rss:>10} {applied:>10} {terms:>12} {ledger:>12}",
+                "{done:>10} {:>8.1} {rss:>10} {applied:>10} {unknown:>8} {terms:>12} {ledger:>12}",
                 start.elapsed().as_secs_f64()
             );
             samples.push((done, rss));
