@@ -15,7 +15,7 @@ struct Cli {
 
 fn policy() -> ToolPolicy {
     ToolPolicy::new(
-        AgentId::new("mcp-server").unwrap(),
+        AgentId::new("mcp-server").expect("agent id"),
         PolarityRegistry::standard(),
     )
 }
