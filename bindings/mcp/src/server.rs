@@ -58,8 +58,9 @@ pub struct McpArgs {
     pub require: Vec<String>,
 }
 
-/// Parses `TOOL=KIND:SELECTOR` into a policy entry.
-fn parse_require(policy: ToolPolicy, spec: &str) -> Result<ToolPolicy, String> {
+/// Adds one `--require TOOL=KIND:SELECTOR` to `policy` (the tool must be
+/// one of [`TOOL_NAMES`]; the selector a JSON payload naming the key).
+pub fn parse_require(policy: ToolPolicy, spec: &str) -> Result<ToolPolicy, String> {
     let usage =
         || format!("--require {spec:?}: expected TOOL=KIND:SELECTOR (SELECTOR a JSON object)");
     let (tool, rest) = spec.split_once('=').ok_or_else(usage)?;

@@ -287,12 +287,17 @@ async fn ab_3_redelivery_is_reacked_not_reapplied_and_survives_restart() {
         assert_eq!(receiver.lock().expect("lock").applications(), 1);
         client.cancel().await.expect("cancel");
         // Let the server task drop its handle on the store.
-        for _ in 0..100 {
+        for _ in 0..1000 {
             if Arc::strong_count(&receiver) == 1 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        assert_eq!(
+            Arc::strong_count(&receiver),
+            1,
+            "the server released the store"
+        );
     }
     // A new process: the ledger and the effect come back from the store.
     let receiver = open_receiver(&path);
