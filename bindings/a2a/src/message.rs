@@ -409,4 +409,24 @@ mod tests {
         assert_eq!(v["c"][0], json!(2));
         assert!(v["c"][1].is_f64());
     }
+
+    // The normalization never changes what the digest covers (RFC 8785
+    // prints 3.0 and 3 alike), so an ack still binds to the custodian's
+    // digest.
+    #[test]
+    fn struct_doubles_keep_the_digest() {
+        let ob = |n: Value| {
+            let mut o = json!({
+                "obligation_id": "d", "kind": "anumati.consent", "target": "bob",
+                "payload": {"decision": "revoke", "scope": "s", "n": n, "z": -0.0},
+                "deadline_seconds": 60, "max_retries": 20,
+                "created_at": "2026-01-01T00:00:00Z",
+            });
+            integral_floats_to_ints(&mut o);
+            Obligation::from_json_map(o.as_object().unwrap())
+                .unwrap()
+                .digest()
+        };
+        assert_eq!(ob(json!(3.0)), ob(json!(3)));
+    }
 }

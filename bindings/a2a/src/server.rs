@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use abhyasa_core::wire::ErrorCode;
-use abhyasa_core::{AckStatus, AgentId, CustodyAck, Obligation, PeerError};
+use abhyasa_core::{AckStatus, AgentId, CustodyAck, DeclineReason, Obligation, PeerError};
 use axum::body::{Body, Bytes};
 use axum::extract::State as AxState;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -287,6 +287,20 @@ async fn obligations(AxState(s): St, headers: HeaderMap, body: Body) -> Response
         let ob = Obligation::from_json(&bytes).map_err(|e| peer_error(&e))?;
         let id = ob.id().to_string();
         Ok::<_, Response>(match settle(&s, &peer, ob).await? {
+            // AB-3: the same id with another digest is a protocol error,
+            // not a decline a v1 peer could take as discharge: 409, with
+            // the receiver's ack for the custodian's escalation record.
+            Outcome::Final(a) if a.reason == Some(DeclineReason::Conflict) => {
+                let body = json!({
+                    "error": {
+                        "code": "conflict",
+                        "field": "obligation_id",
+                        "message": a.detail.clone().unwrap_or_else(|| "obligation id already used with another digest".into()),
+                    },
+                    "ack": a.to_json_value(),
+                });
+                (StatusCode::CONFLICT, json_body(body)).into_response()
+            }
             Outcome::Final(a) => (StatusCode::OK, json_body(a.to_json_value())).into_response(),
             Outcome::Deferred(a) => {
                 (StatusCode::ACCEPTED, json_body(a.to_json_value())).into_response()

@@ -544,6 +544,23 @@ async fn post_obligation(state: &State, peer: &AgentId, ob: Obligation) {
             }
             Err(_) => {}
         },
+        // A conflict carries the receiver's ack under "ack": the custodian
+        // escalates with cause conflict (AB-3).
+        409 => {
+            let ack = serde_json::from_slice::<serde_json::Value>(&reply.body)
+                .ok()
+                .and_then(|v| v.get("ack").cloned())
+                .and_then(|a| match a {
+                    serde_json::Value::Object(m) => CustodyAck::from_json_map(&m).ok(),
+                    _ => None,
+                });
+            match ack {
+                Some(ack) => {
+                    state.deliver_acks(peer, vec![ack]).await;
+                }
+                None => tracing::warn!(%peer, "409 without a valid CustodyAck"),
+            }
+        }
         s => tracing::debug!(%peer, status = s, "obligation POST refused; custody retries"),
     }
 }

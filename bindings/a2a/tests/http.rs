@@ -875,3 +875,40 @@ async fn inflight_requests_are_bounded() {
     assert!(served, "the slot was not released");
     node.shutdown().await.unwrap();
 }
+
+// AB-3 and target binding over HTTP: the same id with a different digest
+// is never a duplicate, and an obligation for another agent is refused;
+// neither applies anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflict_and_wrong_target_are_refused() {
+    let r = receiver(vec![alice_peer(None)], 0).await;
+    let url = format!("{}/abhyasa/obligations", r.server.base_url);
+    let first = obligation("c-1", None);
+    assert_eq!(
+        post(&url, &[AUTH, JSON], first.to_string()).await.status,
+        200
+    );
+    let mut other = first.clone();
+    other["payload"]["scope"] = json!("another-scope");
+    let c = post(&url, &[AUTH, JSON], other.to_string()).await;
+    assert_ne!(
+        c.body["status"],
+        json!("applied"),
+        "{} {:?}",
+        c.status,
+        c.body
+    );
+    let mut carol = obligation("c-2", None);
+    carol["target"] = json!("carol");
+    let w = post(&url, &[AUTH, JSON], carol.to_string()).await;
+    assert_ne!(w.status, 200, "{:?}", w.body);
+    assert!(w.body.get("error").is_some(), "{} {:?}", w.status, w.body);
+    println!(
+        "conflict: {} {}; wrong target: {} {}",
+        c.status, c.body, w.status, w.body
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let applied = r.applied.lock().unwrap().clone();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    r.node.shutdown().await.unwrap();
+}
