@@ -268,39 +268,45 @@ fn offer_is_new(txn: &mut dyn Txn, id: &ObligationId, digest: Digest) -> Result<
     }
 }
 
-/// Encodes a pending row and proves it reads back as the same record: a
-/// store never commits a row it cannot load (issue 10: one such row used to
-/// stop the whole store from opening).
+/// Returns `bytes` if they read `back` as `record`: a store never commits
+/// a row it cannot load (issue 10: one such row used to stop the whole
+/// store from opening).
+fn verified<R: PartialEq>(
+    table: &'static str,
+    k: &[u8],
+    bytes: Vec<u8>,
+    back: Result<R, StoreError>,
+    record: &R,
+) -> Result<Vec<u8>, StoreError> {
+    match back {
+        Ok(back) if back == *record => Ok(bytes),
+        Ok(_) => Err(unwritable(table, k, "the record reads back different")),
+        Err(e) => Err(unwritable(table, k, e)),
+    }
+}
+
+/// Encodes a pending row, proved to read back as the same record.
 fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<Vec<u8>, StoreError> {
     const T: &str = "custody_pending";
     let bytes = to_bytes(T, k, &PendingRow::of(p))?;
-    match from_bytes::<PendingRow>(T, k, &bytes).and_then(|r| r.build(T, k)) {
-        Ok(back) if back == *p => Ok(bytes),
-        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
-        Err(e) => Err(unwritable(T, k, e)),
-    }
+    let back = from_bytes::<PendingRow>(T, k, &bytes).and_then(|r| r.build(T, k));
+    verified(T, k, bytes, back, p)
 }
 
-/// Encodes a ledger row and proves it reads back as the same record.
+/// Encodes a ledger row, proved to read back as the same record.
 fn ledger_bytes(k: &[u8], l: &LedgerRecord) -> Result<Vec<u8>, StoreError> {
     const T: &str = "receiver_ledger";
     let bytes = to_bytes(T, k, &LedgerRow::of(l))?;
-    match from_bytes::<LedgerRow>(T, k, &bytes).and_then(|r| r.build(T, k)) {
-        Ok(back) if back == *l => Ok(bytes),
-        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
-        Err(e) => Err(unwritable(T, k, e)),
-    }
+    let back = from_bytes::<LedgerRow>(T, k, &bytes).and_then(|r| r.build(T, k));
+    verified(T, k, bytes, back, l)
 }
 
-/// Encodes an intent row and proves it reads back as the same record.
+/// Encodes an intent row, proved to read back as the same record.
 fn intent_bytes(k: &[u8], i: &IntentRecord) -> Result<Vec<u8>, StoreError> {
     const T: &str = "intents";
     let bytes = to_json(T, k, i)?;
-    match from_json::<IntentRecord>(T, k, &bytes) {
-        Ok(back) if back == *i => Ok(bytes),
-        Ok(_) => Err(unwritable(T, k, "the record reads back different")),
-        Err(e) => Err(unwritable(T, k, e)),
-    }
+    let back = from_json::<IntentRecord>(T, k, &bytes);
+    verified(T, k, bytes, back, i)
 }
 
 fn update_pending(
