@@ -20,7 +20,7 @@
 //!   spurious escalation (allowed, counted), never a loss.
 //!
 //! `ABHYASA_CND1_SEED` replays a schedule; the heavier run is `--ignored`:
-//! `cargo test -p abhyasa --release --test kill_nine -- --ignored`.
+//! `cargo test -p abhyasa-cli --release --test kill_nine -- --ignored`.
 #![allow(clippy::unwrap_used)]
 
 mod process;

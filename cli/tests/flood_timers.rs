@@ -3,7 +3,7 @@
 //! within a second of its deadline (`closed_at − deadline_at`).
 //!
 //! Wall-clock figures, so it is behind `--ignored` and prints them:
-//! `cargo test -p abhyasa --test flood_timers -- --ignored --nocapture`.
+//! `cargo test -p abhyasa-cli --test flood_timers -- --ignored --nocapture`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
