@@ -185,6 +185,10 @@ impl Driver {
         if let Some(j) = self.store_join.take() {
             let _ = tokio::task::spawn_blocking(move || j.join()).await;
         }
+        // Close the transport and wait for its tasks, so a node reopened on
+        // the same port (or the same in-memory network) right after
+        // `shutdown()` returns finds it free.
+        self.transport.shutdown().await;
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }

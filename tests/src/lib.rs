@@ -1,0 +1,475 @@
+//! # abhyasa-conformance
+//!
+//! One scenario body per conformance id (`shared/CONFORMANCE.md`), run
+//! through [`abhyasa::Node`] over every transport × every store: the
+//! in-memory network, QUIC (mutual TLS, pinned keys) and WebSocket (signed
+//! hello), each over SimStore, redb and sled. The scenarios live in
+//! `tests/conformance.rs`; this crate is the world they run in.
+//!
+//! Faults are injected the same way on every transport, at the edge of a
+//! node: a [`Plug`] sits between a transport's `incoming` channel and the
+//! node's driver and drops, duplicates or cuts the frames the node
+//! receives. So "the link dropped the obligation" and "the link dropped
+//! the ack" mean the same thing whether the frame crossed a QUIC stream, a
+//! WebSocket or the in-memory network, and a scenario body is written once.
+//!
+//! A [`World`] is two nodes: `alice` (custodian) and `bob` (receiver),
+//! each with a store that outlives it, so either can be stopped and
+//! reopened on the same records (a crash at a commit boundary).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use abhyasa::{Node, NodeOptions, Outcome};
+use abhyasa_core::custody::{CustodyProfile, LedgerOutcome, Record};
+use abhyasa_core::store::SimStore;
+use abhyasa_core::store::{
+    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+};
+use abhyasa_core::{AgentId, Backoff, Obligation, ObligationId, Timestamp};
+use abhyasa_quic::{generate_identity, Identity, QuicConfig};
+use abhyasa_store::{StoreKind, StoreOptions};
+use abhyasa_transport::mem::MemNetwork;
+use abhyasa_transport::{Incoming, LinkConfig, Transport};
+use abhyasa_ws::WsConfig;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::mpsc;
+
+/// A boxed error for the harness's own failures (setup, not the protocol).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The transports a scenario runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// `abhyasa_transport::mem`.
+    Mem,
+    /// `abhyasa-quic` on loopback.
+    Quic,
+    /// `abhyasa-ws` on loopback.
+    Ws,
+}
+
+/// The stores a scenario runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disk {
+    /// `SimStore`, shared across restarts of the node using it.
+    Sim,
+    /// `abhyasa-store`'s redb engine, in a temporary directory.
+    Redb,
+    /// `abhyasa-store`'s sled engine, in a temporary directory.
+    Sled,
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    /// Transport.
+    pub net: Net,
+    /// Store.
+    pub disk: Disk,
+}
+
+impl Backend {
+    /// A cell.
+    pub fn new(net: Net, disk: Disk) -> Self {
+        Self { net, disk }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug)]
+struct PlugState {
+    drop: f64,
+    duplicate: f64,
+    cut: bool,
+    rng: ChaCha8Rng,
+    passed: u64,
+    dropped: u64,
+    duplicated: u64,
+}
+
+/// Inbound faults at a node's edge: each received frame is dropped with
+/// probability `drop`, else delivered twice with probability `duplicate`;
+/// `cut` drops every frame. Connection events always pass (the transport
+/// is up; only frames are lost), so custody sees loss, not a dead peer.
+/// Seeded: the same seed makes the same choices for the same frames.
+#[derive(Debug, Clone)]
+pub struct Plug(Arc<Mutex<PlugState>>);
+
+impl Plug {
+    /// A plug that passes everything, with a seed for later faults.
+    pub fn new(seed: u64) -> Self {
+        Self(Arc::new(Mutex::new(PlugState {
+            drop: 0.0,
+            duplicate: 0.0,
+            cut: false,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            passed: 0,
+            dropped: 0,
+            duplicated: 0,
+        })))
+    }
+
+    /// Sets the drop and duplicate probabilities.
+    pub fn set(&self, drop: f64, duplicate: f64) {
+        let mut s = lock(&self.0);
+        s.drop = drop;
+        s.duplicate = duplicate;
+    }
+
+    /// Drops every frame (`true`) or none beyond the probabilities (`false`).
+    pub fn cut(&self, on: bool) {
+        lock(&self.0).cut = on;
+    }
+
+    /// Frames delivered, dropped and duplicated so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let s = lock(&self.0);
+        (s.passed, s.dropped, s.duplicated)
+    }
+
+    /// How many copies of the next frame to deliver.
+    fn copies(&self) -> usize {
+        let mut s = lock(&self.0);
+        let (drop, dup) = (s.drop, s.duplicate);
+        if s.cut || (drop > 0.0 && s.rng.random_bool(drop.min(1.0))) {
+            s.dropped += 1;
+            return 0;
+        }
+        s.passed += 1;
+        if dup > 0.0 && s.rng.random_bool(dup.min(1.0)) {
+            s.duplicated += 1;
+            return 2;
+        }
+        1
+    }
+
+    /// Puts the plug between `t`'s incoming channel and whoever reads it.
+    pub fn wrap(&self, t: Transport) -> Transport {
+        let Transport {
+            handle,
+            mut incoming,
+        } = t;
+        let (tx, rx) = mpsc::channel(1024);
+        let plug = self.clone();
+        tokio::spawn(async move {
+            while let Some(item) = incoming.recv().await {
+                let n = match &item {
+                    Incoming::Frame { .. } => plug.copies(),
+                    _ => 1,
+                };
+                for _ in 0..n {
+                    if tx.send(item.clone()).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Transport {
+            handle,
+            incoming: rx,
+        }
+    }
+}
+
+/// A SimStore that outlives the node using it (restarts reopen it).
+#[derive(Clone, Default)]
+pub struct SharedSim(Arc<Mutex<SimStore>>);
+
+impl Store for SharedSim {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+    fn format_version(&self) -> u32 {
+        lock(&self.0).format_version()
+    }
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        lock(&self.0).commit(now, batches)
+    }
+    fn load(&self) -> Result<DurableState, StoreError> {
+        lock(&self.0).load()
+    }
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        lock(&self.0).events(from, limit)
+    }
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        lock(&self.0).compact(now, retention)
+    }
+}
+
+/// The custody schedule of a world's custodian.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// First retry after this long.
+    pub base: Duration,
+    /// Retries at most this far apart.
+    pub cap: Duration,
+}
+
+impl Schedule {
+    /// Fast retries, for scenarios about loss (50 ms, capped at 200 ms).
+    pub const FAST: Schedule = Schedule {
+        base: Duration::from_millis(50),
+        cap: Duration::from_millis(200),
+    };
+    /// Slow retries, for scenarios that count attempts on a clean link (a
+    /// loaded machine must not retry before the ack is back).
+    pub const PATIENT: Schedule = Schedule {
+        base: Duration::from_secs(3),
+        cap: Duration::from_secs(5),
+    };
+}
+
+const ALICE: &str = "alice";
+const BOB: &str = "bob";
+
+/// The agent id `s` (a valid literal).
+pub fn agent(s: &str) -> AgentId {
+    AgentId::new(s).unwrap_or_else(|e| panic!("agent id {s}: {e}"))
+}
+
+/// What a world's nodes are opened from: identities, stores that outlive
+/// the nodes, the in-memory network and bob's address.
+struct Env {
+    backend: Backend,
+    schedule: Schedule,
+    dir: tempfile::TempDir,
+    mem: MemNetwork,
+    alice_id: Identity,
+    bob_id: Identity,
+    bob_addr: Option<SocketAddr>,
+    sims: [SharedSim; 2],
+    alice_plug: Plug,
+    bob_plug: Plug,
+}
+
+impl Env {
+    fn options(&self, name: &str) -> NodeOptions {
+        let mut o = NodeOptions::new(agent(name));
+        o.custodian.default_profile = CustodyProfile {
+            backoff: Backoff {
+                base: self.schedule.base,
+                cap: self.schedule.cap,
+                jitter: 0.1,
+            },
+            ..CustodyProfile::default()
+        };
+        o.receiver.skew_margin = Duration::from_millis(100);
+        o
+    }
+
+    fn store_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.db"))
+    }
+
+    fn store(&self, name: &str) -> Result<Box<dyn Store>, BoxError> {
+        let i = usize::from(name == BOB);
+        Ok(match self.backend.disk {
+            Disk::Sim => Box::new(self.sims[i].clone()),
+            Disk::Redb => StoreKind::Redb.open(self.store_path(name), &StoreOptions::default())?,
+            Disk::Sled => StoreKind::Sled.open(self.store_path(name), &StoreOptions::default())?,
+        })
+    }
+
+    async fn transport(&mut self, name: &str) -> Result<Transport, BoxError> {
+        let is_bob = name == BOB;
+        let (me, peer) = if is_bob { (BOB, ALICE) } else { (ALICE, BOB) };
+        let (my_id, peer_id) = if is_bob {
+            (self.bob_id.clone(), self.alice_id.clone())
+        } else {
+            (self.alice_id.clone(), self.bob_id.clone())
+        };
+        // Bob listens (on the same port across restarts); alice dials him.
+        let listen: SocketAddr = match (is_bob, self.bob_addr) {
+            (true, Some(a)) => a,
+            _ => "127.0.0.1:0".parse()?,
+        };
+        let dial = if is_bob { None } else { self.bob_addr };
+        let t = match self.backend.net {
+            Net::Mem => self.mem.join(agent(me), LinkConfig::default()).await?,
+            Net::Quic => {
+                abhyasa_quic::start(
+                    QuicConfig::new(agent(me), my_id, listen)
+                        .with_peer(peer_id.pin(agent(peer)), dial),
+                )
+                .await?
+            }
+            Net::Ws => {
+                abhyasa_ws::start(
+                    WsConfig::new(agent(me), my_id, Some(listen))
+                        .with_peer(peer_id.pin(agent(peer)), dial.map(|a| format!("ws://{a}"))),
+                )
+                .await?
+            }
+        };
+        if is_bob && self.backend.net != Net::Mem {
+            self.bob_addr = t.handle.local_addr();
+        }
+        let plug = if is_bob {
+            &self.bob_plug
+        } else {
+            &self.alice_plug
+        };
+        Ok(plug.wrap(t))
+    }
+
+    async fn open_node(&mut self, name: &str) -> Result<Node, BoxError> {
+        let t = self.transport(name).await?;
+        let store = self.store(name)?;
+        Ok(Node::open(self.options(name), store, t).await?)
+    }
+}
+
+/// Two nodes, alice (custodian) and bob (receiver), on one backend.
+pub struct World {
+    /// The cell this world runs on.
+    pub backend: Backend,
+    env: Env,
+    /// The custodian.
+    pub alice: Node,
+    bob: Option<Node>,
+    /// Faults on what alice receives (acks).
+    pub alice_plug: Plug,
+    /// Faults on what bob receives (obligations).
+    pub bob_plug: Plug,
+}
+
+impl World {
+    /// Starts both nodes on `backend` and waits until alice is connected
+    /// to bob.
+    pub async fn new(backend: Backend, schedule: Schedule) -> Result<World, BoxError> {
+        let (alice_plug, bob_plug) = (Plug::new(11), Plug::new(13));
+        let mut env = Env {
+            backend,
+            schedule,
+            dir: tempfile::tempdir()?,
+            mem: MemNetwork::new(7),
+            alice_id: generate_identity(&agent(ALICE))?,
+            bob_id: generate_identity(&agent(BOB))?,
+            bob_addr: None,
+            sims: [SharedSim::default(), SharedSim::default()],
+            alice_plug: alice_plug.clone(),
+            bob_plug: bob_plug.clone(),
+        };
+        let bob = env.open_node(BOB).await?;
+        let alice = env.open_node(ALICE).await?;
+        let w = World {
+            backend,
+            env,
+            alice,
+            bob: Some(bob),
+            alice_plug,
+            bob_plug,
+        };
+        w.wait_connected().await?;
+        Ok(w)
+    }
+
+    /// The receiver (panics when it is stopped: a scenario bug).
+    pub fn bob(&self) -> &Node {
+        self.bob
+            .as_ref()
+            .unwrap_or_else(|| panic!("bob is stopped"))
+    }
+
+    /// Waits until alice has an authenticated connection to bob.
+    pub async fn wait_connected(&self) -> Result<(), BoxError> {
+        tokio::time::timeout(Duration::from_secs(15), async {
+            while !self.alice.is_connected(&agent(BOB)) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .map_err(|_| format!("{:?}: alice never connected to bob", self.backend))?;
+        Ok(())
+    }
+
+    /// Stops bob (his store keeps everything he committed).
+    pub async fn stop_bob(&mut self) -> Result<(), BoxError> {
+        if let Some(b) = self.bob.take() {
+            b.shutdown().await?;
+        }
+        Ok(())
+    }
+
+    /// Reopens bob on his store (and, for QUIC and WebSocket, his port).
+    pub async fn start_bob(&mut self) -> Result<(), BoxError> {
+        self.stop_bob().await?;
+        let b = self.env.open_node(BOB).await?;
+        self.bob = Some(b);
+        Ok(())
+    }
+
+    /// Stops alice and reopens her on her store: every pending transfer
+    /// must resume from its durable record.
+    pub async fn restart_alice(&mut self) -> Result<(), BoxError> {
+        self.alice.shutdown().await?;
+        let a = self.env.open_node(ALICE).await?;
+        let old = std::mem::replace(&mut self.alice, a);
+        drop(old);
+        Ok(())
+    }
+
+    /// An Anumati revocation of `scope` from alice to bob: admissible,
+    /// custody mode, deadline `deadline_s` seconds, retries enough to span it.
+    pub fn revoke(
+        &self,
+        id: &str,
+        scope: &str,
+        deadline_s: i64,
+        sequence: Option<u64>,
+    ) -> Obligation {
+        let mut b = Obligation::builder()
+            .id(id)
+            .kind("anumati.consent")
+            .target(BOB)
+            .payload(serde_json::json!({"decision": "revoke", "scope": scope}))
+            .deadline_seconds(deadline_s)
+            .max_retries(abhyasa_core::min_retries_to_span(deadline_s as u64, 0.05, 0.2) as i64 + 2)
+            .created_at(self.alice.now());
+        if let Some(s) = sequence {
+            b = b.sequence(s);
+        }
+        b.build().unwrap_or_else(|e| panic!("obligation {id}: {e}"))
+    }
+
+    /// Alice's terminal outcome for `id`, waiting at most `within`.
+    pub async fn outcome(&self, id: &ObligationId, within: Duration) -> Outcome {
+        match tokio::time::timeout(within, self.alice.outcome(id)).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => panic!("{:?}: outcome of {id}: {e}", self.backend),
+            Err(_) => panic!("{:?}: {id} not terminal within {within:?}", self.backend),
+        }
+    }
+
+    /// Bob's durable ledger: obligation id → outcome, read from his store
+    /// (not from events), so "applied once" is what survives.
+    pub async fn bob_ledger(&self) -> Vec<(ObligationId, LedgerOutcome)> {
+        let st = self
+            .bob()
+            .durable_state()
+            .await
+            .unwrap_or_else(|e| panic!("bob's durable state: {e}"));
+        let mut v: Vec<_> = st
+            .receiver
+            .ledger
+            .values()
+            .map(|r| (r.obligation_id.clone(), r.outcome))
+            .collect();
+        v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        v
+    }
+
+    /// Shuts both nodes down.
+    pub async fn close(mut self) -> Result<(), BoxError> {
+        self.stop_bob().await?;
+        self.alice.shutdown().await?;
+        Ok(())
+    }
+}

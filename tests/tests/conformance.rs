@@ -1,0 +1,357 @@
+//! The conformance suite (shared/CONFORMANCE.md) through the node, one
+//! body per id, each run over every transport × store:
+//! `{mem, quic, ws} × {sim, redb, sled}`. A failure names its cell
+//! (`c_ab4_1_total_loss::quic_sled`).
+//!
+//! ```sh
+//! cargo test -p abhyasa-conformance                 # every id, every cell
+//! cargo test -p abhyasa-conformance c_ab2_3         # one id, every cell
+//! cargo test -p abhyasa-conformance quic_redb       # one cell, every id
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use abhyasa_conformance::{Backend, Schedule, World};
+use abhyasa_core::custody::{LedgerOutcome, TerminalState};
+use abhyasa_core::principal::{Authorization, PrincipalWrite};
+use abhyasa_core::{DeclineReason, EscalationCause};
+
+/// One `#[tokio::test]` per cell of the matrix for each scenario.
+macro_rules! matrix {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use abhyasa_conformance::{Backend, Disk, Net};
+            matrix!(@cells $scenario;
+                mem_sim: Mem Sim, mem_redb: Mem Redb, mem_sled: Mem Sled,
+                quic_sim: Quic Sim, quic_redb: Quic Redb, quic_sled: Quic Sled,
+                ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled);
+        }
+    )*};
+    (@cells $scenario:ident; $($cell:ident: $net:ident $disk:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $cell() {
+            super::$scenario(Backend::new(Net::$net, Disk::$disk)).await
+        }
+    )*};
+}
+
+matrix!(
+    c_ab1_1_clean_link,
+    c_ab2_1_drops_then_delivery,
+    c_ab3_1_c_ab3_2_duplicates_and_lost_acks,
+    c_ab4_1_total_loss,
+    c_ab2_3_custodian_restart_mid_retry,
+    c_ab3_3_receiver_restart_before_ack,
+    c_ss2_c_dc1_superseded_is_declined,
+);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until `f` holds (checked every 20 ms), at most `WAIT`.
+async fn until<F, Fut>(what: &str, backend: Backend, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t = tokio::time::Instant::now();
+    while !f().await {
+        assert!(
+            t.elapsed() < WAIT,
+            "{backend:?}: timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// C-AB1-1: on a clean link every obligation is applied on attempt 1,
+/// custody is discharged and nothing stays pending; the receiver's durable
+/// ledger holds each exactly once, applied.
+async fn c_ab1_1_clean_link(b: Backend) {
+    let w = World::new(b, Schedule::PATIENT).await.unwrap();
+    let n = 20;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("clean-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}");
+        assert_eq!(o.attempts, Some(1), "{b:?} {id}: applied on attempt 1");
+    }
+    let st = w.alice.durable_state().await.unwrap();
+    assert!(st.custodian.pending.is_empty(), "{b:?}: nothing pending");
+    assert!(st.custodian.escalations.is_empty(), "{b:?}: no escalation");
+    let ledger = w.bob_ledger().await;
+    assert_eq!(ledger.len(), n, "{b:?}: one ledger entry each");
+    assert!(
+        ledger.iter().all(|(_, o)| *o == LedgerOutcome::Applied),
+        "{b:?}"
+    );
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        n as u64,
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB2-1: the receiver hears nothing for a while (every obligation
+/// frame dropped), then the link clears: each obligation is applied on the
+/// attempt that got through (a later one), exactly once.
+async fn c_ab2_1_drops_then_delivery(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    let n = 5;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("drop-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    // At least two attempts of each were sent and lost.
+    until("two lost attempts each", b, || async {
+        w.bob_plug.counts().1 >= 2 * n as u64
+    })
+    .await;
+    w.bob_plug.cut(false);
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}");
+        assert!(
+            o.attempts.unwrap() >= 2,
+            "{b:?} {id}: applied on a retry: {o:?}"
+        );
+    }
+    let ledger = w.bob_ledger().await;
+    assert_eq!(ledger.len(), n, "{b:?}");
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        n as u64,
+        "{b:?}: once each"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB3-1, C-AB3-2: every obligation frame arrives twice and half the
+/// acks are lost, so the custodian redelivers: each effect is applied
+/// once, and the redeliveries are re-acked `applied` from the ledger.
+async fn c_ab3_1_c_ab3_2_duplicates_and_lost_acks(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.set(0.0, 1.0);
+    w.alice_plug.set(0.5, 0.0);
+    let n = 12;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("dup-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}");
+    }
+    let (_, _, duplicated) = w.bob_plug.counts();
+    let (_, acks_lost, _) = w.alice_plug.counts();
+    assert!(
+        duplicated >= n as u64,
+        "{b:?}: every obligation arrived twice"
+    );
+    assert!(
+        acks_lost >= 1,
+        "{b:?}: some acks were lost, so some were redelivered"
+    );
+    let m = w.bob().metrics().await.unwrap();
+    assert_eq!(
+        m.receiver_applied, n as u64,
+        "{b:?}: applied once each despite {duplicated} duplicates"
+    );
+    let ledger = w.bob_ledger().await;
+    assert_eq!(ledger.len(), n, "{b:?}");
+    assert!(
+        ledger.iter().all(|(_, o)| *o == LedgerOutcome::Applied),
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB4-1: total loss. The obligation escalates at its deadline (not
+/// before), with cause `unreachable`, the attempts it made, exactly one
+/// escalation record, and `safe(O)` applied on the principal side (the
+/// scope withheld); the receiver holds nothing.
+async fn c_ab4_1_total_loss(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let ob = w.revoke("lost", "email.read", 2, None);
+    let offered_at = w.alice.now();
+    w.alice.offer(ob.clone()).await.unwrap();
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}");
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(esc.cause, EscalationCause::Unreachable, "{b:?}");
+    assert!(esc.attempts >= 2, "{b:?}: it retried: {esc:?}");
+    let closed_after = w.alice.now().saturating_duration_since(offered_at);
+    assert!(
+        closed_after >= Duration::from_millis(1_900),
+        "{b:?}: escalated at the deadline, not {closed_after:?} in"
+    );
+    let st = w.alice.durable_state().await.unwrap();
+    let mine: Vec<_> = st
+        .custodian
+        .escalations
+        .iter()
+        .filter(|e| e.obligation_id == *ob.id())
+        .collect();
+    assert_eq!(mine.len(), 1, "{b:?}: exactly one escalation record");
+    assert!(
+        st.custodian.principal.iter().any(|w| matches!(
+            w,
+            PrincipalWrite::Authorization { key, entry }
+                if key.to_string().contains("email.read") && entry.state == Authorization::Withheld
+        )),
+        "{b:?}: the fail-safe withheld the scope principal-side: {:?}",
+        st.custodian.principal
+    );
+    assert!(
+        w.bob_ledger().await.is_empty(),
+        "{b:?}: the receiver never saw it"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB2-3: the custodian restarts mid-retry. After the restart the
+/// obligation is pending with the same absolute deadline and the attempts
+/// already made (the remaining window, not a fresh one), and it is applied
+/// once the link clears, on a later attempt.
+async fn c_ab2_3_custodian_restart_mid_retry(b: Backend) {
+    let mut w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    let ob = w.revoke("restart", "s", 30, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    until("two lost attempts", b, || async {
+        w.bob_plug.counts().1 >= 2
+    })
+    .await;
+    let before = w.alice.durable_state().await.unwrap();
+    let p0 = before
+        .custodian
+        .pending
+        .get(ob.id())
+        .expect("pending before the restart")
+        .clone();
+    w.restart_alice().await.unwrap();
+    let after = w.alice.durable_state().await.unwrap();
+    let p1 = after
+        .custodian
+        .pending
+        .get(ob.id())
+        .expect("still pending after the restart");
+    assert_eq!(
+        p1.obligation.deadline_at(),
+        p0.obligation.deadline_at(),
+        "{b:?}: the absolute deadline survives"
+    );
+    assert_eq!(p1.offered_at, p0.offered_at, "{b:?}: not re-offered as new");
+    assert!(
+        p1.attempts >= p0.attempts && p0.attempts >= 1,
+        "{b:?}: attempts survive: {p0:?} then {p1:?}"
+    );
+    w.wait_connected().await.unwrap();
+    w.bob_plug.cut(false);
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Applied, "{b:?}");
+    assert!(
+        o.attempts.unwrap() > p0.attempts,
+        "{b:?}: counting went on: {o:?} after {p0:?}"
+    );
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB3-3: the receiver applies, then crashes before any ack reaches the
+/// custodian. After its restart the redeliveries are re-acked from the
+/// durable ledger and nothing is applied again.
+async fn c_ab3_3_receiver_restart_before_ack(b: Backend) {
+    let mut w = World::new(b, Schedule::FAST).await.unwrap();
+    w.alice_plug.cut(true);
+    let n = 5;
+    let mut ids = HashSet::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("rr-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.insert(ob.id().clone());
+    }
+    until("bob's ledger holds all", b, || async {
+        w.bob_ledger().await.len() == n
+    })
+    .await;
+    w.stop_bob().await.unwrap();
+    w.start_bob().await.unwrap();
+    w.wait_connected().await.unwrap();
+    w.alice_plug.cut(false);
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}");
+    }
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        0,
+        "{b:?}: the restarted receiver re-acked from its ledger, applying nothing"
+    );
+    let ledger = w.bob_ledger().await;
+    assert_eq!(
+        ledger
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect::<HashSet<_>>(),
+        ids,
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-SS-2, C-DC-1: a revocation with an older sequence on a key that
+/// already applied a newer one is declined `superseded`; the decline
+/// discharges custody on its first attempt, with no retry and no
+/// escalation.
+async fn c_ss2_c_dc1_superseded_is_declined(b: Backend) {
+    let w = World::new(b, Schedule::PATIENT).await.unwrap();
+    let newer = w.revoke("newer", "calendar.write", 30, Some(5));
+    w.alice.offer(newer.clone()).await.unwrap();
+    assert_eq!(
+        w.outcome(newer.id(), WAIT).await.state,
+        TerminalState::Applied,
+        "{b:?}"
+    );
+    let older = w.revoke("older", "calendar.write", 30, Some(3));
+    w.alice.offer(older.clone()).await.unwrap();
+    let o = w.outcome(older.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Declined, "{b:?}: {o:?}");
+    assert_eq!(o.reason, Some(DeclineReason::Superseded), "{b:?}");
+    let st = w.alice.durable_state().await.unwrap();
+    assert!(
+        st.custodian.escalations.is_empty(),
+        "{b:?}: a decline is not an escalation"
+    );
+    assert!(st.custodian.pending.is_empty(), "{b:?}");
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}: only the newer applied"
+    );
+    // One attempt each: the decline was final on its first delivery.
+    assert_eq!(
+        w.alice.metrics().await.unwrap().attempts_sent,
+        2,
+        "{b:?}: no retry after a decline"
+    );
+    w.close().await.unwrap();
+}
