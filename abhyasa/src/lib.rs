@@ -2,7 +2,7 @@
 //!
 //! The Abhyasa node: one tokio process per agent hosting the sans-IO
 //! custodian and receiver of [`abhyasa_core`], a durable store, and a
-//! transport. Embed it with [`Node::open`]; run it with the `abhyasa` CLI.
+//! transport. Embed it with [`Node::builder`]; run it with the `abhyasa` CLI.
 //!
 //! The driver feeds inputs to the state machines, arms one timer for the
 //! next timeout, commits the records they emit as one group commit on a
@@ -10,6 +10,7 @@
 //! transmits, acks and events that depend on them.
 #![forbid(unsafe_code)]
 
+mod api;
 pub mod clock;
 pub mod compaction;
 mod driver;
@@ -19,4 +20,7 @@ mod node;
 mod store_thread;
 
 pub use compaction::{CompactionPolicy, CompactionReport};
-pub use node::{Node, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
+pub use api::{
+    CustodianState, NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView,
+};
+pub use node::Node;

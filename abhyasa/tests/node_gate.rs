@@ -454,7 +454,7 @@ async fn c_nd_2_outcome_and_status_report_only_durable_terminal_states() {
         } else {
             sa.gate.open();
             let v = join(status).await.unwrap();
-            assert_eq!(v.custodian.as_deref(), Some("declined"), "{v:?}");
+            assert_eq!(v.custodian, Some(abhyasa::CustodianState::Declined), "{v:?}");
             let o = join(outcome).await.unwrap();
             assert_eq!(o.state, TerminalState::Declined);
             assert_eq!(sa.load().unwrap().custodian.terminal.len(), 1);

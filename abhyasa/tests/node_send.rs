@@ -110,7 +110,7 @@ async fn c_nd_4_refused_custody_attempts_are_not_counted_sent() {
     assert_eq!(m.attempts_sent, 0, "no attempt left this node: {m:?}");
     assert_eq!(m.frames_out, 0);
     let s = alice.status(ob.id()).await.unwrap();
-    assert_eq!(s.custodian.as_deref(), Some("pending"));
+    assert_eq!(s.custodian, Some(abhyasa::CustodianState::Pending));
 }
 
 // C-ND-4: acks coalesced past the frame limit are split so every frame
