@@ -389,6 +389,8 @@ async fn c_nd_2_resolve_answers_after_its_record_commits() {
 async fn c_nd_2_reoffer_in_flight_gets_the_first_answer_after_commit() {
     for crash in [false, true] {
         let net = MemNetwork::new(3);
+        // A bare endpoint: `offer` takes only targets in the peer table.
+        let _bob = net.join(agent("bob"), LinkConfig::default()).await.unwrap();
         let store = GatedStore::default();
         let node = open(&net, options("alice"), store.clone()).await;
         let ob = revoke(&node, "ob-1", "bob");

@@ -326,6 +326,8 @@ async fn backpressure_refuses_whole() {
     let mut o = options("alice");
     o.custodian.max_pending = 2;
     let alice = node_with(&net, o, Box::new(SimStore::new())).await;
+    // A bare endpoint: `offer` takes only targets in the peer table.
+    let _bob = net.join(agent("bob"), LinkConfig::default()).await.unwrap();
     net.partition(&agent("alice"), &agent("bob"));
     alice.offer(revoke(&alice, "a", "a", 30)).await.unwrap();
     alice.offer(revoke(&alice, "b", "b", 30)).await.unwrap();
