@@ -488,3 +488,37 @@ async fn dropping_an_offer_future_never_leaves_a_half_accepted_obligation() {
     }
     assert!(absent > 0 && accepted > 0, "absent {absent}, accepted {accepted}");
 }
+
+// --- README ---------------------------------------------------------------
+
+/// The body of the first fenced block opening with `fence` after `heading`.
+fn block_after(text: &str, heading: &str, fence: &str) -> String {
+    let from = text.find(heading).expect("heading");
+    let rest = &text[from..];
+    let start = rest.find(fence).expect("opening fence") + fence.len();
+    let body = &rest[start..];
+    let end = body.find("\n```").expect("closing fence");
+    body[..end].trim_matches('\n').to_string()
+}
+
+// The README's embedding example is the crate-level doctest of `abhyasa`
+// (which compiles and runs it), so the README cannot drift from the API.
+#[test]
+fn readme_embedding_example_is_the_compiled_crate_doctest() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{dir}/../README.md")).unwrap();
+    let lib = std::fs::read_to_string(format!("{dir}/src/lib.rs")).unwrap();
+    let doc: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let in_readme = block_after(&readme, "## Embedding a node", "```rust,ignore\n");
+    let in_lib = block_after(&doc, "## Embedding a node", "```rust\n");
+    assert!(in_lib.contains("Node::builder"), "{in_lib}");
+    assert_eq!(
+        in_readme, in_lib,
+        "README's embedding block differs from abhyasa's doctest"
+    );
+}
