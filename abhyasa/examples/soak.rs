@@ -144,7 +144,7 @@ async fn soak(args: Args) -> Result<(), BoxError> {
                     Ok(o) => Ok(Some(o.state)),
                     // Compacted before the caller asked (retention shorter
                     // than the caller's delay): counted, not fatal.
-                    Err(abhyasa::NodeError::Unknown(_)) => Ok(None),
+                    Err(abhyasa::NodeError::UnknownObligation(_)) => Ok(None),
                     Err(e) => Err(e),
                 }
             });

@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::clock::Clock;
 use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
-use crate::node::{NodeError, NodeEvent, Outcome, StatusView};
+use crate::api::{CustodianState, NodeError, NodeEvent, Outcome, StatusView};
 use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 
 /// Most obligation ids in one status query.
@@ -691,28 +691,21 @@ impl Driver {
                         let _ = reply.send(Ok(full.unwrap_or(o)));
                     }));
                 } else {
-                    let _ = reply.send(Err(NodeError::Unknown(format!("obligation {id}"))));
+                    let _ = reply.send(Err(NodeError::UnknownObligation(id)));
                 }
             }
             Command::Status { id, reply } => {
                 let custodian = if self.custodian.is_pending(&id) {
-                    Some("pending".to_string())
+                    Some(CustodianState::Pending)
                 } else {
-                    self.custodian.terminal(&id).map(|t| {
-                        serde_json::to_value(t.state)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default()
-                    })
+                    self.custodian
+                        .terminal(&id)
+                        .map(|t| CustodianState::from(t.state))
                 };
                 let mut receiver = Vec::new();
                 for peer in self.transport.known_peers() {
                     if let Some(o) = self.receiver.ledger_outcome(&peer, &id) {
-                        let s = serde_json::to_value(o)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default();
-                        receiver.push((peer, s));
+                        receiver.push((peer, o));
                     }
                 }
                 let view = StatusView {
@@ -747,7 +740,7 @@ impl Driver {
                 let r = self
                     .custodian
                     .resolve_decision(now, &id, resolution)
-                    .ok_or_else(|| NodeError::Unknown(format!("decision item {id}")));
+                    .ok_or(NodeError::UnknownDecisionItem(id));
                 self.reply_after_commit(reply, r);
             }
             Command::Complete {

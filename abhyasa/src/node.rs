@@ -1,183 +1,39 @@
-//! The embedding API: [`Node::open`], offer, await outcomes, subscribe,
+//! The embedding API: [`Node::builder`], offer, await outcomes, subscribe,
 //! query, decide.
+//!
+//! The public types it speaks (options, errors, events, status views) are in
+//! `crate::api`; the driver depends on them, and this module on the driver.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use abhyasa_core::custody::{
-    Applier, ApplyDecision, CustodianConfig, CustodianEvent, ExternalOutcome, Offered, Received,
-    ReceiverConfig, ReceiverEvent, TerminalState,
-};
-use abhyasa_core::polarity::PolarityRegistry;
+use abhyasa_core::custody::{ApplyDecision, ExternalOutcome, Offered, Received};
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
-use abhyasa_core::{
-    AgentId, DeclineReason, Escalation, GovernedKey, GuardOutcome, Obligation, ObligationId,
-    OfferError, Sequence, Timestamp,
-};
+use abhyasa_core::{AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp};
 use abhyasa_transport::Transport;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::clock::{Clock, SystemClock};
+use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
+use crate::clock::Clock;
 use crate::driver::{Command, Driver};
 use crate::metrics::MetricsSnapshot;
 use crate::store_thread::{self, Job, Query, StoreJobs};
 
-/// Everything a node needs besides its transport and store.
-pub struct NodeOptions {
-    /// Custodian configuration (its `agent` is this node).
-    pub custodian: CustodianConfig,
-    /// Receiver configuration (its `agent` is this node).
-    pub receiver: ReceiverConfig,
-    /// Polarity rules.
-    pub registry: PolarityRegistry,
-    /// How this agent applies obligations it receives.
-    pub applier: Box<dyn Applier + Send>,
-    /// Where `now` comes from.
-    pub clock: Arc<dyn Clock>,
-    /// Most inputs folded into one commit batch before it is flushed.
-    pub max_batch_inputs: usize,
-    /// Run the store on the driver's task instead of a store thread
-    /// (default `false`). For deterministic simulation (netsim under
-    /// turmoil) with an in-memory store: every commit then happens on the
-    /// simulated executor, and what depends on it is still released only
-    /// on a later turn of the driver's loop.
-    pub inline_store: bool,
-    /// Retention and schedule of compaction (C-ND-5; see
-    /// [`crate::compaction`]).
-    pub compaction: crate::compaction::CompactionPolicy,
-}
-
-impl NodeOptions {
-    /// Defaults for `agent`: standard rules, the standard applier, the
-    /// system clock.
-    pub fn new(agent: AgentId) -> Self {
-        Self {
-            custodian: CustodianConfig::new(agent.clone()),
-            receiver: ReceiverConfig::new(agent),
-            registry: PolarityRegistry::standard(),
-            applier: Box::new(abhyasa_core::custody::StandardApplier::default()),
-            clock: Arc::new(SystemClock),
-            max_batch_inputs: 4096,
-            inline_store: false,
-            compaction: crate::compaction::CompactionPolicy::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for NodeOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeOptions")
-            .field("agent", &self.custodian.agent)
-            .field("registry", &self.registry)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Errors of the node API.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NodeError {
-    /// The custodian refused the offer; nothing was accepted.
-    #[error(transparent)]
-    Offer(#[from] OfferError),
-    /// The store failed; the node stops rather than send what is not durable.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// The node has stopped.
-    #[error("the node has stopped")]
-    Stopped,
-    /// A deferred obligation or external effect could not be completed.
-    #[error(transparent)]
-    Complete(#[from] abhyasa_core::custody::CompleteError),
-    /// A best-effort obligation's one send was refused by the transport
-    /// (peer down, queue full, frame too large): nothing left this node.
-    /// It is recorded as best-effort with 0 attempts; offering it again
-    /// answers `AlreadyTerminal`.
-    #[error("best-effort obligation {obligation_id} was not sent: {reason}")]
-    NotSent {
-        /// The obligation.
-        obligation_id: ObligationId,
-        /// Why the transport refused it.
-        reason: abhyasa_transport::SendError,
-    },
-    /// The send queue towards the target is near its byte budget; nothing
-    /// was accepted. Offer again once it drains.
-    #[error(
-        "backpressure: {queued_bytes} bytes queued towards {peer} (limit {limit}); nothing was accepted"
-    )]
-    Backpressure {
-        /// The target.
-        peer: AgentId,
-        /// Bytes queued or about to be.
-        queued_bytes: usize,
-        /// The limit the offer would pass.
-        limit: usize,
-    },
-    /// No such obligation or decision item.
-    #[error("unknown: {0}")]
-    Unknown(String),
-    /// Configuration or environment problem.
-    #[error("{0}")]
-    Config(String),
-    /// I/O.
-    #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// How a custody transfer ended, as seen by the custodian.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    /// The obligation.
-    pub obligation_id: ObligationId,
-    /// Terminal state.
-    pub state: TerminalState,
-    /// Attempts made, when known.
-    pub attempts: Option<u32>,
-    /// Decline reason, for declines.
-    pub reason: Option<DeclineReason>,
-    /// The escalation, for escalations.
-    pub escalation: Option<Box<Escalation>>,
-}
-
-/// What subscribers see, after the records behind it are durable.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum NodeEvent {
-    /// A custodian event.
-    Custodian(CustodianEvent),
-    /// A receiver event.
-    Receiver(ReceiverEvent),
-    /// A peer connected.
-    PeerUp(AgentId),
-    /// A peer disconnected.
-    PeerDown(AgentId),
-    /// A peer sent something bad (logged; nothing accepted was affected).
-    PeerMisbehaved {
-        /// The peer.
-        peer: AgentId,
-        /// What it did.
-        what: String,
-    },
-}
-
-/// Where an obligation stands on this node.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct StatusView {
-    /// The obligation.
-    pub obligation_id: ObligationId,
-    /// Custodian side: `pending` or the terminal state, if this node is its custodian.
-    pub custodian: Option<String>,
-    /// Attempts so far (pending only).
-    pub attempts: Option<u32>,
-    /// Custodian side deadline (pending only).
-    pub deadline_at: Option<Timestamp>,
-    /// Receiver side: ledger outcome per custodian, if this node received it.
-    pub receiver: Vec<(AgentId, String)>,
-}
-
 /// A running node. Cheap to clone; the node stops when
 /// [`Node::shutdown`] is called or every clone is dropped.
+///
+/// # Cancellation
+///
+/// Every async method hands one command to the node's driver and awaits
+/// its answer. Dropping the future before the command is queued (its first
+/// poll, unless the command queue is full) does nothing at all; dropping it
+/// after, while it awaits the answer, only discards the answer: the driver
+/// carries the command out in full, durably, exactly as if the answer had
+/// been read. No command is ever half done: an `offer` whose future was
+/// dropped is either fully accepted (durable, shown by [`Node::status`],
+/// resumed after a restart) or absent. Each method's doc says what that
+/// means for it.
 #[derive(Clone)]
 pub struct Node {
     agent: AgentId,
@@ -197,23 +53,40 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Opens a node: recovers custodian and receiver state from `store`
-    /// (every pending transfer resumes its remaining window), starts the
-    /// store thread and the driver task on the current tokio runtime.
+    /// Starts building a node for `agent` (store, transport, clock,
+    /// options); see [`NodeBuilder`].
+    pub fn builder(agent: AgentId) -> NodeBuilder {
+        NodeBuilder::new(agent)
+    }
+
+    /// Opens a node from options, store and transport: the back end of
+    /// [`NodeBuilder::open`], which embedders should prefer. Checks the
+    /// options ([`NodeOptions::validate`]) and that the transport is bound
+    /// to the same agent, recovers custodian and receiver state from
+    /// `store` (every pending transfer resumes its remaining window), then
+    /// starts the store thread and the driver task on the current tokio
+    /// runtime.
+    ///
+    /// Cancellation: dropping the future before it returns leaves no node
+    /// running and writes nothing; the store and transport are dropped.
     pub async fn open(
         options: NodeOptions,
         store: Box<dyn Store>,
         transport: Transport,
     ) -> Result<Node, NodeError> {
+        options.validate()?;
+        let agent = options.custodian.agent.clone();
+        if *transport.handle.local() != agent {
+            return Err(NodeError::invalid(
+                "transport",
+                format!(
+                    "is bound to {} but the node is {agent}",
+                    transport.handle.local()
+                ),
+            ));
+        }
         let state: DurableState = store.load()?;
         let now = options.clock.now();
-        let agent = options.custodian.agent.clone();
-        if options.receiver.agent != agent {
-            return Err(NodeError::Config(format!(
-                "custodian agent {} and receiver agent {} differ",
-                agent, options.receiver.agent
-            )));
-        }
         let custodian = abhyasa_core::custody::Custodian::restore(
             options.custodian,
             options.registry.clone(),
@@ -248,7 +121,7 @@ impl Node {
             commit_done,
             store_join,
             ev_tx.clone(),
-            options.max_batch_inputs.max(1),
+            options.max_batch_inputs,
         );
         tokio::spawn(driver.run());
         crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
@@ -272,6 +145,12 @@ impl Node {
         self.transport.is_connected(peer)
     }
 
+    /// True when `peer` is in the transport's peer table: a target
+    /// [`Node::offer`] accepts.
+    pub fn is_known_peer(&self, peer: &AgentId) -> bool {
+        self.transport.is_known(peer)
+    }
+
     /// The node's `now`.
     pub fn now(&self) -> Timestamp {
         self.clock.now()
@@ -291,12 +170,30 @@ impl Node {
 
     /// Offers an obligation. Returns once custody is durable (or the
     /// best-effort send is released); on error nothing was accepted.
+    ///
+    /// A target that is not in the transport's peer table (not a pinned
+    /// peer: no connection to it could ever be authenticated) is refused
+    /// with [`NodeError::UnknownPeer`] before anything else.
+    ///
+    /// Cancellation: dropped before its command is queued, nothing was
+    /// offered; dropped after, the offer is carried out in full (custody
+    /// durable and visible to [`Node::status`]) and only the answer is lost.
+    /// Never half-accepted. Offering the same obligation again is the way
+    /// to learn the answer: it is idempotent (`AlreadyPending` /
+    /// `AlreadyTerminal`).
     pub async fn offer(&self, obligation: Obligation) -> Result<Offered, NodeError> {
+        if !self.transport.is_known(obligation.target()) {
+            return Err(NodeError::UnknownPeer(obligation.target().clone()));
+        }
         self.ask(|reply| Command::Offer { obligation, reply })
             .await?
     }
 
-    /// Waits for the terminal outcome of an obligation this node offered.
+    /// Waits for the terminal outcome of an obligation this node offered
+    /// (reported only once its close is durable).
+    ///
+    /// Cancellation: dropping it abandons the wait and nothing else; the
+    /// transfer goes on, and the abandoned waiter is pruned (C-ND-5).
     pub async fn outcome(&self, id: &ObligationId) -> Result<Outcome, NodeError> {
         let id = id.clone();
         self.ask(|reply| Command::WaitOutcome { id, reply }).await?
@@ -307,13 +204,19 @@ impl Node {
         self.events.subscribe()
     }
 
-    /// Where an obligation stands.
+    /// Where an obligation stands; everything it says is durable.
+    ///
+    /// Cancellation: a read; dropping it discards the answer.
     pub async fn status(&self, id: &ObligationId) -> Result<StatusView, NodeError> {
         let id = id.clone();
         self.ask(|reply| Command::Status { id, reply }).await
     }
 
-    /// The principal's own decision on a governed key (sequence-guarded).
+    /// The principal's own decision on a governed key (sequence-guarded),
+    /// answered once its record is durable.
+    ///
+    /// Cancellation: dropped after its command is queued, the decision is
+    /// still made and committed; only the answer is lost.
     pub async fn decide(
         &self,
         key: GovernedKey,
@@ -329,7 +232,12 @@ impl Node {
         .await
     }
 
-    /// Resolves a surfaced decline.
+    /// Resolves a surfaced decline, answered once its record is durable;
+    /// [`NodeError::UnknownDecisionItem`] when no decision awaits under
+    /// `id`.
+    ///
+    /// Cancellation: dropped after its command is queued, the resolution is
+    /// still applied and committed; only the answer is lost.
     pub async fn resolve(
         &self,
         id: ObligationId,
@@ -343,7 +251,11 @@ impl Node {
         .await?
     }
 
-    /// Completes an obligation this node deferred as receiver.
+    /// Completes an obligation this node deferred as receiver, answered
+    /// once the ledger entry (and effect) is durable.
+    ///
+    /// Cancellation: dropped after its command is queued, the completion
+    /// is still committed and acked; only the answer is lost.
     pub async fn complete_deferred(
         &self,
         custodian: AgentId,
@@ -359,7 +271,11 @@ impl Node {
         .await?
     }
 
-    /// Reports how an external effect ended.
+    /// Reports how an external effect ended, answered once the ledger
+    /// entry is durable.
+    ///
+    /// Cancellation: dropped after its command is queued, the outcome is
+    /// still committed and acked; only the answer is lost.
     pub async fn external_outcome(
         &self,
         custodian: AgentId,
@@ -376,6 +292,8 @@ impl Node {
     }
 
     /// A metrics snapshot.
+    ///
+    /// Cancellation: a read; dropping it discards the answer.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, NodeError> {
         self.ask(|reply| Command::Metrics { reply }).await
     }
@@ -392,17 +310,23 @@ impl Node {
     }
 
     /// Inbox counters derived from the stored records.
+    ///
+    /// Cancellation: a read; dropping it discards the answer.
     pub async fn inbox(&self) -> Result<Inbox, NodeError> {
         let now = self.now();
         self.query(|r| Query::Inbox(now, r)).await
     }
 
     /// The durable state (escalations, decisions, ledger) as stored.
+    ///
+    /// Cancellation: a read; dropping it discards the answer.
     pub async fn durable_state(&self) -> Result<DurableState, NodeError> {
         self.query(Query::Load).await
     }
 
     /// Log events from `from`.
+    ///
+    /// Cancellation: a read; dropping it discards the answer.
     pub async fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, NodeError> {
         self.query(|r| Query::Events(from, limit, r)).await
     }
@@ -410,6 +334,9 @@ impl Node {
     /// Compacts what is past `retention` now, from the custodian, the
     /// receiver and the store alike (the node also does this on its
     /// schedule, [`NodeOptions::compaction`]).
+    ///
+    /// Cancellation: dropped after its command is queued, the run still
+    /// completes in the machines and the store; only the report is lost.
     pub async fn compact(
         &self,
         retention: Duration,
@@ -418,6 +345,9 @@ impl Node {
     }
 
     /// Stops the node after flushing what is in flight.
+    ///
+    /// Cancellation: dropped after its command is queued, the node still
+    /// stops (after flushing); only the confirmation is lost.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
         self.ask(|reply| Command::Shutdown { reply }).await
     }

@@ -389,6 +389,8 @@ async fn c_nd_2_resolve_answers_after_its_record_commits() {
 async fn c_nd_2_reoffer_in_flight_gets_the_first_answer_after_commit() {
     for crash in [false, true] {
         let net = MemNetwork::new(3);
+        // A bare endpoint: `offer` takes only targets in the peer table.
+        let _bob = net.join(agent("bob"), LinkConfig::default()).await.unwrap();
         let store = GatedStore::default();
         let node = open(&net, options("alice"), store.clone()).await;
         let ob = revoke(&node, "ob-1", "bob");
@@ -454,7 +456,7 @@ async fn c_nd_2_outcome_and_status_report_only_durable_terminal_states() {
         } else {
             sa.gate.open();
             let v = join(status).await.unwrap();
-            assert_eq!(v.custodian.as_deref(), Some("declined"), "{v:?}");
+            assert_eq!(v.custodian, Some(abhyasa::CustodianState::Declined), "{v:?}");
             let o = join(outcome).await.unwrap();
             assert_eq!(o.state, TerminalState::Declined);
             assert_eq!(sa.load().unwrap().custodian.terminal.len(), 1);

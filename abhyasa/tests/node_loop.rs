@@ -45,6 +45,13 @@ fn agent(s: &str) -> AgentId {
     AgentId::new(s).unwrap()
 }
 
+/// A peer that is in the transport's peer table (so `offer` takes it as a
+/// target) but never reachable: it joined the network once and left.
+async fn gone(net: &MemNetwork, name: &str) {
+    let t = net.join(agent(name), LinkConfig::default()).await.unwrap();
+    t.handle.shutdown().await;
+}
+
 fn revoke_to(now: Timestamp, id: &str, target: &str, deadline: i64) -> Obligation {
     Obligation::builder()
         .id(id)
@@ -97,7 +104,9 @@ async fn c_nd_3_due_timers_are_served_under_a_saturated_loop() {
         .await
         .unwrap();
 
-    // "carol" never joins: every attempt fails, only the deadline ends it.
+    // "carol" is never reachable: every attempt fails, only the deadline
+    // ends it.
+    gone(&net, "carol").await;
     let ob = revoke_to(clock.now(), "ob-dead", "carol", 1);
     alice.offer(ob.clone()).await.unwrap();
     let deadline_at = ob.deadline_at();
@@ -182,6 +191,7 @@ async fn c_nd_5_abandoned_outcome_waiters_are_pruned() {
     .await
     .unwrap();
     // Stays pending: the clock does not move and carol never answers.
+    gone(&net, "carol").await;
     let ob = revoke_to(clock.now(), "ob-long", "carol", 3600);
     alice.offer(ob.clone()).await.unwrap();
     // One caller that keeps waiting.

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use abhyasa::{Node, NodeOptions};
+use abhyasa::{CustodianState, Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, LedgerOutcome, Record, TerminalState};
 use abhyasa_core::store::{
     Compacted, DurableState, EventId, LogEvent, SimStore, Store, StoreError, StoredEvent,
@@ -326,6 +326,8 @@ async fn backpressure_refuses_whole() {
     let mut o = options("alice");
     o.custodian.max_pending = 2;
     let alice = node_with(&net, o, Box::new(SimStore::new())).await;
+    // A bare endpoint: `offer` takes only targets in the peer table.
+    let _bob = net.join(agent("bob"), LinkConfig::default()).await.unwrap();
     net.partition(&agent("alice"), &agent("bob"));
     alice.offer(revoke(&alice, "a", "a", 30)).await.unwrap();
     alice.offer(revoke(&alice, "b", "b", 30)).await.unwrap();
@@ -379,7 +381,7 @@ async fn c_ab2_3_restart_resumes_remaining_window_and_discharges_after_heal() {
     // (created_at + 20 s; a fresh window would end 20 s after the restart)
     // and counts on from the attempts already made.
     let st = alice.status(ob.id()).await.unwrap();
-    assert_eq!(st.custodian.as_deref(), Some("pending"));
+    assert_eq!(st.custodian, Some(CustodianState::Pending));
     assert_eq!(st.deadline_at, Some(ob.deadline_at()), "absolute deadline");
     let resumed = st.attempts.unwrap();
     assert!(resumed >= attempts_before, "{resumed} < {attempts_before}");
@@ -431,8 +433,9 @@ async fn c_nd_5_scheduled_compaction_drops_the_same_entries_in_memory_and_store(
             .unwrap();
         assert_eq!(out.state, TerminalState::Applied);
     }
-    let applied = |v: &abhyasa::StatusView| v.custodian.as_deref() == Some("applied");
-    let held = |v: &abhyasa::StatusView| v.receiver == vec![(agent("alice"), "applied".into())];
+    let applied = |v: &abhyasa::StatusView| v.custodian == Some(CustodianState::Applied);
+    let held =
+        |v: &abhyasa::StatusView| v.receiver == vec![(agent("alice"), LedgerOutcome::Applied)];
     // Before the short deadline + retention: held everywhere.
     assert!(applied(&alice.status(short.id()).await.unwrap()));
     assert!(held(&bob.status(short.id()).await.unwrap()));

@@ -18,6 +18,13 @@ fn agent(s: &str) -> AgentId {
     AgentId::new(s).unwrap()
 }
 
+/// A peer that is in the transport's peer table (so `offer` takes it as a
+/// target) but never reachable: it joined the network once and left.
+async fn gone(net: &MemNetwork, name: &str) {
+    let t = net.join(agent(name), LinkConfig::default()).await.unwrap();
+    t.handle.shutdown().await;
+}
+
 fn options(name: &str, base: Duration) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
@@ -59,8 +66,9 @@ async fn alone(name: &str, base: Duration) -> (MemNetwork, Node) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_nd_4_refused_best_effort_send_is_reported() {
     let base = Duration::from_millis(50);
-    let (_net, alice) = alone("alice", base).await;
-    // A grant is best-effort; carol is not on the network.
+    let (net, alice) = alone("alice", base).await;
+    // A grant is best-effort; carol has left the network.
+    gone(&net, "carol").await;
     let ob = consent(&alice, "grant-1", "carol", "grant", base);
     let r = alice.offer(ob.clone()).await;
     match r {
@@ -92,7 +100,8 @@ async fn c_nd_4_refused_best_effort_send_is_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_nd_4_refused_custody_attempts_are_not_counted_sent() {
     let base = Duration::from_millis(20);
-    let (_net, alice) = alone("alice", base).await;
+    let (net, alice) = alone("alice", base).await;
+    gone(&net, "carol").await;
     let ob = consent(&alice, "revoke-1", "carol", "revoke", base);
     assert!(matches!(
         alice.offer(ob.clone()).await.unwrap(),
@@ -110,7 +119,7 @@ async fn c_nd_4_refused_custody_attempts_are_not_counted_sent() {
     assert_eq!(m.attempts_sent, 0, "no attempt left this node: {m:?}");
     assert_eq!(m.frames_out, 0);
     let s = alice.status(ob.id()).await.unwrap();
-    assert_eq!(s.custodian.as_deref(), Some("pending"));
+    assert_eq!(s.custodian, Some(abhyasa::CustodianState::Pending));
 }
 
 // C-ND-4: acks coalesced past the frame limit are split so every frame

@@ -91,7 +91,8 @@ impl From<NodeError> for ControlError {
             NodeError::Offer(_) => "refused",
             NodeError::NotSent { .. } => "not_sent",
             NodeError::Backpressure { .. } => "backpressure",
-            NodeError::Unknown(_) => "unknown",
+            NodeError::UnknownObligation(_) | NodeError::UnknownDecisionItem(_) => "unknown",
+            NodeError::UnknownPeer(_) => "unreachable",
             NodeError::Stopped => "stopped",
             _ => "internal",
         };

@@ -224,20 +224,23 @@ async fn demo(args: DemoArgs) -> Result<(), DemoError> {
         .ok_or("receiver has no address")?;
     let partitioned = Arc::new(AtomicBool::new(false));
     let via = relay(r_addr, partitioned.clone()).await?;
-    let receiver = Node::open(
-        options(&r_id, Box::new(DemoApplier(StandardApplier::default()))),
-        open("receiver")?,
-        r_transport,
-    )
-    .await?;
+    let receiver = Node::builder(r_id.clone())
+        .options(options(
+            &r_id,
+            Box::new(DemoApplier(StandardApplier::default())),
+        ))
+        .boxed_store(open("receiver")?)
+        .transport(r_transport)
+        .open()
+        .await?;
     let c_cfg = QuicConfig::new(c_id.clone(), c_ident.clone(), "127.0.0.1:0".parse()?)
         .with_peer(r_ident.pin(r_id.clone()), Some(via));
-    let custodian = Node::open(
-        options(&c_id, Box::new(StandardApplier::default())),
-        open("custodian")?,
-        abhyasa_quic::start(c_cfg).await?,
-    )
-    .await?;
+    let custodian = Node::builder(c_id.clone())
+        .options(options(&c_id, Box::new(StandardApplier::default())))
+        .boxed_store(open("custodian")?)
+        .transport(abhyasa_quic::start(c_cfg).await?)
+        .open()
+        .await?;
 
     let start = Instant::now();
     let live = !args.json;
@@ -264,8 +267,9 @@ async fn demo(args: DemoArgs) -> Result<(), DemoError> {
     let mut offered = Vec::new();
     let mut waiters = Vec::new();
     for p in plan_before() {
-        offered.push(offer(&custodian, &p, live, &stamp).await?);
-        waiters.push(wait(&custodian, &offered));
+        let o = offer(&custodian, &p, live, &stamp).await?;
+        waiters.push(wait(&custodian, o.0.clone()));
+        offered.push(o);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -277,8 +281,9 @@ async fn demo(args: DemoArgs) -> Result<(), DemoError> {
         );
     }
     for p in plan_during() {
-        offered.push(offer(&custodian, &p, live, &stamp).await?);
-        waiters.push(wait(&custodian, &offered));
+        let o = offer(&custodian, &p, live, &stamp).await?;
+        waiters.push(wait(&custodian, o.0.clone()));
+        offered.push(o);
     }
     tokio::time::sleep(Duration::from_secs(6)).await;
     partitioned.store(false, Ordering::Relaxed);
@@ -380,16 +385,10 @@ async fn demo(args: DemoArgs) -> Result<(), DemoError> {
 /// end, so the outcome carries its attempts and escalation.
 fn wait(
     node: &Node,
-    offered: &[(abhyasa_core::ObligationId, &'static str, &'static str, bool)],
+    id: abhyasa_core::ObligationId,
 ) -> tokio::task::JoinHandle<Result<Outcome, abhyasa::NodeError>> {
     let node = node.clone();
-    let id = offered.last().map(|o| o.0.clone());
-    tokio::spawn(async move {
-        match id {
-            Some(id) => node.outcome(&id).await,
-            None => Err(abhyasa::NodeError::Unknown("nothing offered".into())),
-        }
-    })
+    tokio::spawn(async move { node.outcome(&id).await })
 }
 
 async fn offer(

@@ -145,6 +145,13 @@ impl TransportHandle {
         self.shared.connections(peer) > 0
     }
 
+    /// Whether `peer` is in this transport's peer table (a pinned peer, or
+    /// an endpoint of the in-memory network), connected or not: the peers
+    /// a frame could ever be sent to.
+    pub fn is_known(&self, peer: &AgentId) -> bool {
+        self.shared.is_known(peer)
+    }
+
     /// Peers with at least one live connection, sorted.
     pub fn connected_peers(&self) -> Vec<AgentId> {
         self.shared.peers_where(|n| n > 0)
