@@ -10,6 +10,7 @@
 //! transmits, acks and events that depend on them.
 #![forbid(unsafe_code)]
 
+pub mod applier;
 pub mod clock;
 pub mod compaction;
 mod driver;
@@ -18,5 +19,6 @@ pub mod metrics;
 mod node;
 mod store_thread;
 
+pub use applier::{AsyncApplier, AsyncApplierHandle};
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use node::{Node, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};

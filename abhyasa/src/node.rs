@@ -33,6 +33,10 @@ pub struct NodeOptions {
     pub registry: PolarityRegistry,
     /// How this agent applies obligations it receives.
     pub applier: Box<dyn Applier + Send>,
+    /// If set, the receiver's apply requests go to this asynchronous
+    /// applier on their own tasks instead of `applier` (default `None`:
+    /// `applier` answers at once on the driver). See [`crate::applier`].
+    pub async_applier: Option<crate::applier::AsyncApplierHandle>,
     /// Where `now` comes from.
     pub clock: Arc<dyn Clock>,
     /// Most inputs folded into one commit batch before it is flushed.
@@ -57,6 +61,7 @@ impl NodeOptions {
             receiver: ReceiverConfig::new(agent),
             registry: PolarityRegistry::standard(),
             applier: Box::new(abhyasa_core::custody::StandardApplier::default()),
+            async_applier: None,
             clock: Arc::new(SystemClock),
             max_batch_inputs: 4096,
             inline_store: false,
@@ -249,7 +254,8 @@ impl Node {
             store_join,
             ev_tx.clone(),
             options.max_batch_inputs.max(1),
-        );
+        )
+        .with_async_applier(options.async_applier);
         tokio::spawn(driver.run());
         crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {
