@@ -7,8 +7,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use abhyasa_core::custody::{
-    AckDisposition, Applier, ApplyDecision, Custodian, CustodianEvent, ExternalOutcome, Offered,
-    Received, Receiver, ReceiverEvent, TerminalState, Transmit,
+    AckDisposition, Applier, ApplyDecision, ApplyRequest, ApplyTicket, CompleteError, Custodian,
+    CustodianEvent, ExternalOutcome, Offered, Received, Receiver, ReceiverEvent, TerminalState,
+    Transmit,
 };
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
@@ -18,6 +19,7 @@ use abhyasa_core::{
 use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::applier::AsyncApplierHandle;
 use crate::clock::Clock;
 use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
@@ -86,6 +88,8 @@ pub(crate) struct Driver {
     custodian: Custodian,
     receiver: Receiver,
     applier: Box<dyn Applier + Send>,
+    /// Asynchronous apply path (issue 11 §6); `None`: `applier` answers.
+    apply: Option<AsyncApply>,
     clock: Arc<dyn Clock>,
     transport: TransportHandle,
     incoming: mpsc::Receiver<Incoming>,
@@ -138,6 +142,7 @@ impl Driver {
             custodian,
             receiver,
             applier,
+            apply: None,
             clock,
             transport,
             incoming,
@@ -160,6 +165,13 @@ impl Driver {
             max_batch_inputs,
             shutdown: None,
         }
+    }
+
+    /// Sends the receiver's apply requests to `applier` on their own
+    /// tasks instead of answering them with the synchronous applier.
+    pub(crate) fn with_async_applier(mut self, applier: Option<AsyncApplierHandle>) -> Self {
+        self.apply = applier.map(AsyncApply::new);
+        self
     }
 
     fn now(&self) -> Timestamp {
@@ -196,10 +208,15 @@ impl Driver {
 
     async fn main_loop(&mut self) -> Result<(), NodeError> {
         loop {
-            let timer = self.custodian.poll_timeout().map(|t| {
+            let next = match (self.custodian.poll_timeout(), self.receiver.poll_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timer = next.map(|t| {
                 let wait = t.saturating_duration_since(self.now());
                 tokio::time::Instant::now() + wait
             });
+            let deciding = self.apply.is_some();
             tokio::select! {
                 biased;
                 done = self.commit_done.recv() => {
@@ -232,6 +249,11 @@ impl Driver {
                         }
                     }
                 }
+                decided = recv_decision(&mut self.apply), if deciding => {
+                    if let Some((ticket, decision)) = decided {
+                        self.on_decision(ticket, decision);
+                    }
+                }
                 // Wakes an idle loop; the timers themselves are served
                 // below, on every turn.
                 _ = sleep_until(timer), if timer.is_some() => {}
@@ -239,6 +261,13 @@ impl Driver {
             // Group commit: fold whatever else is ready into this batch.
             let mut n = 0;
             while n < self.max_batch_inputs {
+                if let Some((ticket, decision)) =
+                    self.apply.as_mut().and_then(|a| a.decisions.try_recv().ok())
+                {
+                    self.on_decision(ticket, decision);
+                    n += 1;
+                    continue;
+                }
                 if let Ok(i) = self.incoming.try_recv() {
                     self.on_incoming(i);
                     n += 1;
@@ -263,11 +292,56 @@ impl Driver {
         }
     }
 
-    /// Runs the custodian's timers that are due now.
+    /// Runs the custodian's and the receiver's timers that are due now
+    /// (the receiver's: apply requests whose deadline passed undecided).
     fn serve_timers(&mut self) {
         let now = self.now();
         if self.custodian.poll_timeout().is_some_and(|t| t <= now) {
             self.custodian.handle_timeout(now);
+        }
+        if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
+            self.receiver.handle_timeout(now);
+        }
+    }
+
+    /// Hands the receiver's new apply requests to the agent: to the
+    /// asynchronous applier (bounded concurrency, queued beyond it), or
+    /// answered at once by the synchronous one.
+    fn dispatch_requests(&mut self) {
+        let now = self.now();
+        let Some(apply) = self.apply.as_mut() else {
+            self.receiver
+                .answer_requests_with(now, self.applier.as_mut());
+            return;
+        };
+        while let Some(req) = self.receiver.poll_apply_request() {
+            apply.queue.push_back(req);
+        }
+        apply.start_ready();
+    }
+
+    /// A decision (or its absence: the applier's task ended without one)
+    /// comes back as an input to the receiver.
+    fn on_decision(&mut self, ticket: ApplyTicket, decision: Option<ApplyDecision>) {
+        let now = self.now();
+        if let Some(a) = self.apply.as_mut() {
+            a.running = a.running.saturating_sub(1);
+            while a.tasks.try_join_next().is_some() {}
+        }
+        match decision {
+            Some(d) => match self.receiver.decide(now, ticket, d) {
+                Ok(got) => tracing::debug!(%ticket, ?got, "decision recorded"),
+                // Declined `expired` while the agent thought, or withdrawn
+                // by a completion: nothing to record.
+                Err(e @ CompleteError::UnknownTicket(_)) => {
+                    tracing::debug!(error = %e, "late decision ignored")
+                }
+                Err(e) => tracing::warn!(error = %e, "decision refused"),
+            },
+            None => {
+                tracing::warn!(%ticket, "applier gave no decision; the redelivery asks again");
+                self.receiver.abandon_request(ticket);
+            }
         }
     }
 
@@ -289,6 +363,7 @@ impl Driver {
     /// Starts a commit if none is in flight, then releases what is
     /// committed.
     fn pump(&mut self) {
+        self.dispatch_requests();
         if !self.in_flight {
             let c = self.custodian.poll_records();
             let r = self.receiver.poll_records();
@@ -609,9 +684,13 @@ impl Driver {
     fn on_message(&mut self, now: Timestamp, peer: &AgentId, m: Message) {
         match m {
             Message::Obligation(o) => {
-                let got = self
-                    .receiver
-                    .handle_obligation(now, peer, o, self.applier.as_mut());
+                let got = if self.apply.is_some() {
+                    // Asked in `pump`, answered later as an input.
+                    self.receiver.receive(now, peer, o)
+                } else {
+                    self.receiver
+                        .handle_obligation(now, peer, o, self.applier.as_mut())
+                };
                 tracing::debug!(%peer, ?got, "obligation received");
             }
             Message::Acks(acks) => {
@@ -912,6 +991,85 @@ impl Unreleased {
 
     fn to(&self, peer: &AgentId) -> usize {
         self.by_peer.get(peer).copied().unwrap_or(0)
+    }
+}
+
+/// The asynchronous apply path: requests waiting for a slot, tasks
+/// running, and the channel their decisions come back on.
+struct AsyncApply {
+    applier: AsyncApplierHandle,
+    queue: VecDeque<ApplyRequest>,
+    running: usize,
+    /// Dropped with the driver, which aborts decisions still running:
+    /// nothing durable was written for them.
+    tasks: tokio::task::JoinSet<()>,
+    decided: mpsc::UnboundedSender<(ApplyTicket, Option<ApplyDecision>)>,
+    decisions: mpsc::UnboundedReceiver<(ApplyTicket, Option<ApplyDecision>)>,
+}
+
+impl AsyncApply {
+    fn new(applier: AsyncApplierHandle) -> Self {
+        let (decided, decisions) = mpsc::unbounded_channel();
+        Self {
+            applier,
+            queue: VecDeque::new(),
+            running: 0,
+            tasks: tokio::task::JoinSet::new(),
+            decided,
+            decisions,
+        }
+    }
+
+    /// Starts queued requests while fewer than the concurrency run. The
+    /// queue is bounded by the receiver's outstanding-request quota.
+    fn start_ready(&mut self) {
+        while self.running < self.applier.concurrency() {
+            let Some(req) = self.queue.pop_front() else {
+                return;
+            };
+            let answer = Answer {
+                ticket: req.ticket,
+                to: Some(self.decided.clone()),
+            };
+            let fut = self.applier.start(req);
+            self.running += 1;
+            self.tasks.spawn(async move {
+                let decision = fut.await;
+                answer.send(decision);
+            });
+        }
+    }
+}
+
+/// Sends the decision back; if the task ends without one (the applier
+/// panicked), says so, so the slot and the request are released.
+struct Answer {
+    ticket: ApplyTicket,
+    to: Option<mpsc::UnboundedSender<(ApplyTicket, Option<ApplyDecision>)>>,
+}
+
+impl Answer {
+    fn send(mut self, decision: ApplyDecision) {
+        if let Some(to) = self.to.take() {
+            let _ = to.send((self.ticket, Some(decision)));
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(to) = self.to.take() {
+            let _ = to.send((self.ticket, None));
+        }
+    }
+}
+
+async fn recv_decision(
+    apply: &mut Option<AsyncApply>,
+) -> Option<(ApplyTicket, Option<ApplyDecision>)> {
+    match apply {
+        Some(a) => a.decisions.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -68,6 +68,7 @@
 #![forbid(unsafe_code)]
 
 mod api;
+pub mod applier;
 pub mod clock;
 pub mod compaction;
 mod driver;
@@ -79,5 +80,6 @@ mod store_thread;
 pub use api::{
     CustodianState, NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView,
 };
+pub use applier::{AsyncApplier, AsyncApplierHandle};
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use node::Node;

@@ -122,7 +122,8 @@ impl Node {
             store_join,
             ev_tx.clone(),
             options.max_batch_inputs,
-        );
+        )
+        .with_async_applier(options.async_applier);
         tokio::spawn(driver.run());
         crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {

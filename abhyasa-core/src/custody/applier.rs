@@ -121,3 +121,70 @@ impl Applier for StandardApplier {
         }
     }
 }
+
+/// Names one outstanding apply request of a [`super::Receiver`]; the
+/// decision for it comes back through [`super::Receiver::decide`].
+///
+/// Tickets are unique within one receiver instance. A ticket that no
+/// longer names an outstanding request (decided, expired, cancelled, or
+/// from before a restart) is refused with a typed error, never applied to
+/// another obligation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ApplyTicket(pub(crate) u64);
+
+impl ApplyTicket {
+    /// The ticket's number (for logs and maps).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for ApplyTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "apply#{}", self.0)
+    }
+}
+
+/// The receiver asks the embedding agent to decide one obligation
+/// (str0m style: the machine emits the question, the agent's answer comes
+/// back as an input). Owned, so the agent may answer from another task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApplyRequest {
+    /// Answer with this ticket.
+    pub ticket: ApplyTicket,
+    /// The authenticated custodian.
+    pub custodian: AgentId,
+    /// The obligation to decide.
+    pub obligation: Obligation,
+    /// The governed key, if the kind's rule names one.
+    pub key: Option<GovernedKey>,
+    /// When the receiver asked.
+    pub asked_at: Timestamp,
+    /// True when the obligation was deferred before and is asked again.
+    pub previously_deferred: bool,
+    /// Receiver-owned effect state of the governed key when asked (at most
+    /// one entry, absent if the key holds nothing yet). If the key changes
+    /// before the decision returns, an `Apply` computed from this value is
+    /// stale and the receiver asks again (AB-3: one atomic effect, never a
+    /// lost update on an additive key).
+    pub effects: BTreeMap<String, EffectValue>,
+}
+
+impl ApplyRequest {
+    /// The request as the context a synchronous [`Applier`] reads.
+    pub fn context(&self) -> ApplyContext<'_> {
+        ApplyContext {
+            now: self.asked_at,
+            custodian: &self.custodian,
+            key: self.key.as_ref(),
+            effects: &self.effects,
+            previously_deferred: self.previously_deferred,
+        }
+    }
+
+    /// Answers the request at once with a synchronous applier (the
+    /// convenience that keeps simulators and model checks synchronous).
+    pub fn answer_with(&self, applier: &mut dyn Applier) -> ApplyDecision {
+        applier.decide(&self.context(), &self.obligation)
+    }
+}

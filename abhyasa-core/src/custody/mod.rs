@@ -7,7 +7,9 @@ mod outbox;
 mod receiver;
 mod record;
 
-pub use applier::{Applier, ApplyContext, ApplyDecision, StandardApplier};
+pub use applier::{
+    Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket, StandardApplier,
+};
 pub use custodian::{
     AckBinding, AckDisposition, Custodian, CustodianConfig, CustodianEvent, CustodianStats,
     CustodyProfile, IgnoredAck, Offered, Transmit,

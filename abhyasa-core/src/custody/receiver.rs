@@ -3,19 +3,41 @@
 //!
 //! # Polling contract
 //!
-//! Same as the custodian's: feed [`Receiver::handle_obligation`] (and
+//! Same as the custodian's: feed [`Receiver::receive`] (and
+//! [`Receiver::decide`], [`Receiver::handle_timeout`],
 //! [`Receiver::handle_status_query`], [`Receiver::complete_deferred`],
-//! [`Receiver::handle_external_outcome`]); drain [`Receiver::poll_records`],
-//! commit, [`Receiver::handle_committed`]; then drain
-//! [`Receiver::poll_transmit`] and [`Receiver::poll_event`]. An ack is
-//! released only after the ledger entry (with its effect) it reports is
-//! durable, so an ack can never attest an application a crash could undo.
-//! Consecutive acks to one custodian are coalesced into one frame.
+//! [`Receiver::handle_external_outcome`]); drain
+//! [`Receiver::poll_apply_request`] and hand each request to the embedding
+//! agent, whose answer comes back later through [`Receiver::decide`];
+//! drain [`Receiver::poll_records`], commit, [`Receiver::handle_committed`];
+//! then drain [`Receiver::poll_transmit`] and [`Receiver::poll_event`], and
+//! arm a timer for [`Receiver::poll_timeout`]. An ack is released only
+//! after the ledger entry (with its effect) it reports is durable, so an
+//! ack can never attest an application a crash could undo. Consecutive
+//! acks to one custodian are coalesced into one frame.
+//!
+//! # Asking the agent (str0m style)
+//!
+//! The machine never runs user code: an obligation that needs a decision
+//! becomes an [`ApplyRequest`], held in memory only (nothing durable is
+//! written until the decision comes back, so effect and ledger entry stay
+//! one atomic record, AB-3). While it is outstanding a redelivery asks
+//! nothing again and is answered by the ack of the decision. A decision is
+//! checked against the rules as they stand when it returns (deadline,
+//! supersession); its deadline passing with no decision declines it
+//! `expired` ([`Receiver::handle_timeout`]). Outstanding requests are
+//! bounded ([`ReceiverConfig::max_outstanding_requests`]); beyond the
+//! bound an obligation gets an `overloaded` error and the custodian keeps
+//! custody and retries. A crash loses only the requests, which the
+//! custodian's redelivery asks again. [`Receiver::handle_obligation`] is
+//! the synchronous convenience: it asks a synchronous [`Applier`] at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::applier::{Applier, ApplyContext, ApplyDecision};
+use std::collections::{BTreeSet, VecDeque};
+
+use super::applier::{Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket};
 use super::custodian::Transmit;
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
@@ -56,6 +78,11 @@ pub struct ReceiverConfig {
     /// gets an `overloaded` error frame and nothing is kept; the custodian
     /// keeps custody and retries on its schedule.
     pub ledger_quota: usize,
+    /// Most apply requests outstanding at once (asked, not yet decided).
+    /// Beyond it a new obligation gets an `overloaded` error frame and
+    /// nothing is kept; the custodian keeps custody and retries (C-ND-5:
+    /// a slow agent cannot make the receiver hold unbounded requests).
+    pub max_outstanding_requests: usize,
 }
 
 impl ReceiverConfig {
@@ -69,6 +96,7 @@ impl ReceiverConfig {
             max_created_at_skew: Duration::from_secs(60),
             max_deadline: Duration::from_secs(30 * 24 * 3600),
             ledger_quota: 1_000_000,
+            max_outstanding_requests: 10_000,
         }
     }
 }
@@ -143,6 +171,10 @@ pub enum ReceiverEvent {
 /// What `handle_obligation` did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Received {
+    /// Asked the agent ([`Receiver::poll_apply_request`]), or a redelivery
+    /// of an obligation already asked: nothing is recorded until the
+    /// decision for this ticket comes back.
+    AwaitingDecision(ApplyTicket),
     /// Applied now.
     Applied,
     /// Declined now.
@@ -172,6 +204,11 @@ pub enum CompleteError {
     /// The decision cannot complete it (e.g. another deferral of an intent).
     #[error("invalid completion for obligation {0}: {1}")]
     Invalid(String, &'static str),
+    /// The ticket names no outstanding apply request: already decided,
+    /// declined `expired` while waiting, cancelled, or from before a
+    /// restart (the custodian's redelivery asks again).
+    #[error("{0} names no outstanding apply request")]
+    UnknownTicket(ApplyTicket),
 }
 
 /// How an external effect ended.
@@ -203,6 +240,19 @@ struct Entry {
 
 type LedgerKey = (AgentId, ObligationId);
 
+/// An obligation asked of the agent, held in memory only until decided.
+#[derive(Debug, Clone)]
+struct Waiting {
+    ticket: ApplyTicket,
+    obligation: Obligation,
+    previously_deferred: bool,
+    /// The governed key's value when asked (stale-decision check).
+    seen: Option<EffectValue>,
+    key: Option<GovernedKey>,
+    /// The key if the kind's rule guards it by sequence.
+    guarded_key: Option<GovernedKey>,
+}
+
 /// The receiver state machine.
 ///
 /// `Clone` lets a model checker explore alternative futures from one state;
@@ -218,6 +268,16 @@ pub struct Receiver {
     effects: BTreeMap<String, EffectValue>,
     outbox: Outbox<Transmit, ReceiverEvent>,
     applications: u64,
+    /// Outstanding apply requests by ledger key.
+    waiting: HashMap<LedgerKey, Waiting>,
+    /// Ticket -> ledger key of `waiting`.
+    tickets: HashMap<ApplyTicket, LedgerKey>,
+    /// When each waiting obligation can no longer be applied
+    /// (`deadline - skew_margin`), for the expiry timer.
+    expiries: BTreeSet<(Timestamp, ApplyTicket)>,
+    /// Requests not yet polled by the driver.
+    requests: VecDeque<ApplyRequest>,
+    next_ticket: u64,
 }
 
 impl Receiver {
@@ -232,6 +292,11 @@ impl Receiver {
             effects: BTreeMap::new(),
             outbox: Outbox::default(),
             applications: 0,
+            waiting: HashMap::new(),
+            tickets: HashMap::new(),
+            expiries: BTreeSet::new(),
+            requests: VecDeque::new(),
+            next_ticket: 0,
         }
     }
 
@@ -414,7 +479,10 @@ impl Receiver {
         self.send_ack(from, ack);
     }
 
-    /// Handles an obligation from the authenticated custodian `from`.
+    /// Handles an obligation from the authenticated custodian `from` and,
+    /// if it needs a decision, asks the synchronous `applier` at once: the
+    /// convenience over [`Receiver::receive`] + [`Receiver::decide`] for
+    /// simulators, model checks and agents whose decisions never wait.
     pub fn handle_obligation(
         &mut self,
         now: Timestamp,
@@ -422,6 +490,38 @@ impl Receiver {
         ob: Obligation,
         applier: &mut dyn Applier,
     ) -> Received {
+        let got = self.receive(now, from, ob);
+        let Received::AwaitingDecision(ticket) = got else {
+            return got;
+        };
+        let Some(pos) = self.requests.iter().rposition(|r| r.ticket == ticket) else {
+            // A redelivery of a request handed out before and not yet
+            // decided: its decision will answer this delivery too.
+            return got;
+        };
+        let Some(req) = self.requests.remove(pos) else {
+            return got;
+        };
+        let decision = {
+            let ctx = ApplyContext {
+                now,
+                custodian: from,
+                key: req.key.as_ref(),
+                effects: &self.effects,
+                previously_deferred: req.previously_deferred,
+            };
+            applier.decide(&ctx, &req.obligation)
+        };
+        self.decide(now, ticket, decision).unwrap_or(got)
+    }
+
+    /// Handles an obligation from the authenticated custodian `from`. What
+    /// the rules decide alone (a duplicate, a conflict, expired,
+    /// superseded, out of bounds) is recorded at once; otherwise an
+    /// [`ApplyRequest`] is queued for [`Receiver::poll_apply_request`] and
+    /// [`Received::AwaitingDecision`] returned. A redelivery while the
+    /// request is outstanding asks nothing again (AB-3).
+    pub fn receive(&mut self, now: Timestamp, from: &AgentId, ob: Obligation) -> Received {
         let id = ob.id().clone();
         if ob.target() != &self.config.agent {
             let err = ProtocolError {
@@ -442,30 +542,32 @@ impl Receiver {
         }
         let lkey = (from.clone(), id.clone());
         let mut previously_deferred = false;
+        let known = self
+            .ledger
+            .get(&lkey)
+            .map(|e| e.digest)
+            .or_else(|| self.waiting.get(&lkey).map(|w| w.obligation.digest()));
+        if let Some(existing) = known.filter(|d| *d != ob.digest()) {
+            // AB-3: same id, other content: a protocol error, never a
+            // duplicate and never a new obligation.
+            let ack = self.ack(
+                now,
+                &id,
+                ob.digest(),
+                AckStatus::Declined,
+                Some(DeclineReason::Conflict),
+                Some(format!("obligation id already used with digest {existing}")),
+            );
+            self.send_ack(from, ack);
+            self.outbox.event(ReceiverEvent::Conflict {
+                custodian: from.clone(),
+                obligation_id: id,
+                existing,
+                offered: ob.digest(),
+            });
+            return Received::Conflict;
+        }
         if let Some(e) = self.ledger.get(&lkey).cloned() {
-            if e.digest != ob.digest() {
-                // AB-3: same id, other content: a protocol error, never a
-                // duplicate and never a new obligation.
-                let ack = self.ack(
-                    now,
-                    &id,
-                    ob.digest(),
-                    AckStatus::Declined,
-                    Some(DeclineReason::Conflict),
-                    Some(format!(
-                        "obligation id already used with digest {}",
-                        e.digest
-                    )),
-                );
-                self.send_ack(from, ack);
-                self.outbox.event(ReceiverEvent::Conflict {
-                    custodian: from.clone(),
-                    obligation_id: id,
-                    existing: e.digest,
-                    offered: ob.digest(),
-                });
-                return Received::Conflict;
-            }
             match e.outcome {
                 LedgerOutcome::Applied
                 | LedgerOutcome::Declined
@@ -479,6 +581,15 @@ impl Receiver {
                 }
                 LedgerOutcome::Deferred => previously_deferred = true,
             }
+        }
+        if let Some(ticket) = self.waiting.get(&lkey).map(|w| w.ticket) {
+            if now.saturating_add(self.config.skew_margin) >= ob.deadline_at() {
+                // Never apply late, even if the decision is still coming.
+                self.expire(now, ticket);
+                return Received::Declined(DeclineReason::Expired);
+            }
+            // AB-3: asked once; the decision's ack answers this delivery.
+            return Received::AwaitingDecision(ticket);
         }
         if !previously_deferred {
             // C-ND-5: a new entry only within bounds. These declines keep
@@ -521,16 +632,160 @@ impl Receiver {
                 return Received::Rejected(err);
             }
         }
-        self.decide(now, from, ob, applier, previously_deferred)
+        self.evaluate(now, from, ob, previously_deferred, None)
     }
 
-    fn decide(
+    /// Takes the agent's decision for an outstanding request back as an
+    /// input. The rules are applied as they stand now: past the deadline
+    /// (with the skew margin) it is declined `expired` whatever the
+    /// decision; behind a newer sequence on its key, `superseded`; an
+    /// `Apply` computed from a key value that has changed since the
+    /// request is stale and the agent is asked again (a new ticket, in
+    /// [`Received::AwaitingDecision`]). Otherwise the decision is recorded
+    /// (effect and ledger entry in one record, AB-3) and its ack, released
+    /// after commit, answers every delivery received while waiting.
+    pub fn decide(
+        &mut self,
+        now: Timestamp,
+        ticket: ApplyTicket,
+        decision: ApplyDecision,
+    ) -> Result<Received, CompleteError> {
+        let (lkey, w) = self
+            .take_waiting(ticket)
+            .ok_or(CompleteError::UnknownTicket(ticket))?;
+        let from = lkey.0;
+        let ob = w.obligation;
+        // Deadlines bind both sides: a decision that comes too late is
+        // declined `expired`, whatever it says (C-DL-1).
+        if now.saturating_add(self.config.skew_margin) >= ob.deadline_at() {
+            let detail = format!("deadline {} passed", ob.deadline_at());
+            return Ok(self.record_decline(now, &from, &ob, DeclineReason::Expired, Some(detail)));
+        }
+        // A newer sequence applied on the key while waiting (C-SS-2).
+        if let Some(detail) = self.superseded(w.guarded_key.as_ref(), &ob) {
+            return Ok(self.record_decline(
+                now,
+                &from,
+                &ob,
+                DeclineReason::Superseded,
+                Some(detail),
+            ));
+        }
+        let stale = matches!(decision, ApplyDecision::Apply(_))
+            && w.key
+                .as_ref()
+                .is_some_and(|k| self.effects.get(k.as_str()) != w.seen.as_ref());
+        if stale {
+            return Ok(self.ask(now, &from, ob, w.previously_deferred, w.key, w.guarded_key));
+        }
+        let key_sequence = w.guarded_key.zip(ob.sequence());
+        Ok(self.record_decision(now, &from, &ob, decision, key_sequence))
+    }
+
+    /// Forgets an outstanding request without deciding it (the agent
+    /// could not answer, e.g. its task failed). Nothing durable changes;
+    /// the custodian's redelivery asks again. False if the ticket names no
+    /// outstanding request.
+    pub fn abandon_request(&mut self, ticket: ApplyTicket) -> bool {
+        self.take_waiting(ticket).is_some()
+    }
+
+    /// The next question for the embedding agent. Answer each with
+    /// [`Receiver::decide`] (from any task, in any order).
+    #[must_use]
+    pub fn poll_apply_request(&mut self) -> Option<ApplyRequest> {
+        self.requests.pop_front()
+    }
+
+    /// Apply requests asked and not yet decided.
+    pub fn outstanding_requests(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Answers every queued request at once with a synchronous applier
+    /// (the adapter for drivers without an asynchronous agent).
+    pub fn answer_requests_with(&mut self, now: Timestamp, applier: &mut dyn Applier) {
+        while let Some(req) = self.requests.pop_front() {
+            let decision = req.answer_with(applier);
+            // The ticket came from this queue, so it is outstanding.
+            let _ = self.decide(now, req.ticket, decision);
+        }
+    }
+
+    /// When [`Receiver::handle_timeout`] must next run: the earliest
+    /// moment an outstanding request can no longer be applied.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.expiries.first().map(|(at, _)| *at)
+    }
+
+    /// Declines `expired` every outstanding request whose deadline (less
+    /// the skew margin) has come: the decision did not come in time, and a
+    /// receiver never applies late (C-DL-1).
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        while let Some(&(at, ticket)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            self.expire(now, ticket);
+        }
+    }
+
+    fn expire(&mut self, now: Timestamp, ticket: ApplyTicket) {
+        if let Some(((from, _), w)) = self.take_waiting(ticket) {
+            let detail = format!(
+                "deadline {} passed while awaiting the agent's decision",
+                w.obligation.deadline_at()
+            );
+            self.record_decline(
+                now,
+                &from,
+                &w.obligation,
+                DeclineReason::Expired,
+                Some(detail),
+            );
+        } else {
+            self.expiries.retain(|(_, t)| *t != ticket);
+        }
+    }
+
+    fn expiry_of(&self, ob: &Obligation) -> Timestamp {
+        ob.deadline_at().saturating_sub(self.config.skew_margin)
+    }
+
+    fn take_waiting(&mut self, ticket: ApplyTicket) -> Option<(LedgerKey, Waiting)> {
+        let lkey = self.tickets.remove(&ticket)?;
+        let w = self.waiting.remove(&lkey)?;
+        let at = self.expiry_of(&w.obligation);
+        self.expiries.remove(&(at, ticket));
+        if let Some(pos) = self.requests.iter().position(|r| r.ticket == ticket) {
+            self.requests.remove(pos);
+        }
+        Some((lkey, w))
+    }
+
+    /// Why `ob` is behind a newer sequence on its guarded key, if it is.
+    fn superseded(&self, guarded_key: Option<&GovernedKey>, ob: &Obligation) -> Option<String> {
+        #[cfg(not(feature = "mutations"))]
+        let guard_on = true;
+        #[cfg(feature = "mutations")]
+        let guard_on = !crate::mutations::active(crate::mutations::Mutation::SupersessionGuardOff);
+        let key = guarded_key.filter(|_| guard_on)?;
+        let seq = ob.sequence()?;
+        let (newest, by) = self.key_seq.get(key)?;
+        (seq <= *newest && by != ob.id())
+            .then(|| format!("sequence {seq} on {key} superseded by {newest} ({by})"))
+    }
+
+    /// The rules that decide alone, then the decision: `decision` if the
+    /// caller brings one, else a request to the agent.
+    fn evaluate(
         &mut self,
         now: Timestamp,
         from: &AgentId,
         ob: Obligation,
-        applier: &mut dyn Applier,
         previously_deferred: bool,
+        decision: Option<ApplyDecision>,
     ) -> Received {
         // Deadlines bind both sides: never apply at or past the deadline
         // (minus the skew margin), even after an earlier deferral.
@@ -560,36 +815,77 @@ impl Receiver {
             }
         };
         let guarded_key = class.key.clone().filter(|_| class.guarded);
-        #[cfg(not(feature = "mutations"))]
-        let guard_on = true;
-        #[cfg(feature = "mutations")]
-        let guard_on = !crate::mutations::active(crate::mutations::Mutation::SupersessionGuardOff);
-        if let (Some(key), Some(seq), true) = (&guarded_key, ob.sequence(), guard_on) {
-            if let Some((newest, by)) = self.key_seq.get(key) {
-                if seq <= *newest && by != ob.id() {
-                    let detail = format!("sequence {seq} on {key} superseded by {newest} ({by})");
-                    return self.record_decline(
-                        now,
-                        from,
-                        &ob,
-                        DeclineReason::Superseded,
-                        Some(detail),
-                    );
-                }
-            }
+        if let Some(detail) = self.superseded(guarded_key.as_ref(), &ob) {
+            return self.record_decline(now, from, &ob, DeclineReason::Superseded, Some(detail));
         }
-        let decision = {
-            let ctx = ApplyContext {
-                now,
-                custodian: from,
-                key: class.key.as_ref(),
-                effects: &self.effects,
-                previously_deferred,
-            };
-            applier.decide(&ctx, &ob)
+        let Some(decision) = decision else {
+            if self.waiting.len() >= self.config.max_outstanding_requests {
+                // C-ND-5: nothing kept; the custodian retries on schedule.
+                let err = ProtocolError {
+                    code: ErrorCode::Overloaded,
+                    obligation_id: Some(ob.id().clone()),
+                    digest: Some(ob.digest()),
+                    message: format!(
+                        "{} apply requests outstanding (at most {}); retry later",
+                        self.waiting.len(),
+                        self.config.max_outstanding_requests
+                    ),
+                };
+                self.outbox.transmit(Transmit {
+                    to: from.clone(),
+                    message: Message::Error(err.clone()),
+                });
+                return Received::Rejected(err);
+            }
+            return self.ask(now, from, ob, previously_deferred, class.key, guarded_key);
         };
         let key_sequence = guarded_key.zip(ob.sequence());
         self.record_decision(now, from, &ob, decision, key_sequence)
+    }
+
+    /// Queues a request to the agent; nothing durable is written.
+    fn ask(
+        &mut self,
+        now: Timestamp,
+        from: &AgentId,
+        ob: Obligation,
+        previously_deferred: bool,
+        key: Option<GovernedKey>,
+        guarded_key: Option<GovernedKey>,
+    ) -> Received {
+        let ticket = ApplyTicket(self.next_ticket);
+        self.next_ticket += 1;
+        let seen = key
+            .as_ref()
+            .and_then(|k| self.effects.get(k.as_str()).cloned());
+        let mut effects = BTreeMap::new();
+        if let (Some(k), Some(v)) = (&key, &seen) {
+            effects.insert(k.to_string(), v.clone());
+        }
+        let lkey = (from.clone(), ob.id().clone());
+        self.expiries.insert((self.expiry_of(&ob), ticket));
+        self.tickets.insert(ticket, lkey.clone());
+        self.requests.push_back(ApplyRequest {
+            ticket,
+            custodian: from.clone(),
+            obligation: ob.clone(),
+            key: key.clone(),
+            asked_at: now,
+            previously_deferred,
+            effects,
+        });
+        self.waiting.insert(
+            lkey,
+            Waiting {
+                ticket,
+                obligation: ob,
+                previously_deferred,
+                seen,
+                key,
+                guarded_key,
+            },
+        );
+        Received::AwaitingDecision(ticket)
     }
 
     fn record_decision(
@@ -820,13 +1116,16 @@ impl Receiver {
         let ob = e
             .obligation
             .ok_or_else(|| CompleteError::Unknown(id.to_string()))?;
-        let mut decision = Some(decision);
-        let mut once = move |_: &ApplyContext<'_>, _: &Obligation| {
-            decision
-                .take()
-                .unwrap_or(ApplyDecision::Defer { detail: None })
-        };
-        Ok(self.decide(now, custodian, ob, &mut once, true))
+        // An explicit completion answers for the agent: a re-ask still
+        // outstanding for this obligation is withdrawn, never applied too.
+        if let Some(t) = self
+            .waiting
+            .get(&(custodian.clone(), id.clone()))
+            .map(|w| w.ticket)
+        {
+            self.take_waiting(t);
+        }
+        Ok(self.evaluate(now, custodian, ob, true, Some(decision)))
     }
 
     /// Reports how an external effect ended (after [`ReceiverEvent::Execute`]

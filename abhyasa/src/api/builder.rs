@@ -125,6 +125,16 @@ impl NodeBuilder {
         self
     }
 
+    /// An applier the embedding agent answers asynchronously: the
+    /// receiver's apply requests go to it on their own tasks (bounded by
+    /// the handle's concurrency) and its decisions come back as inputs, so
+    /// a slow decision never stalls the driver. Replaces the synchronous
+    /// applier for obligations this node receives.
+    pub fn async_applier(mut self, applier: crate::applier::AsyncApplierHandle) -> Self {
+        self.options.async_applier = Some(applier);
+        self
+    }
+
     /// Most inputs folded into one commit batch (at least 1).
     pub fn max_batch_inputs(mut self, n: usize) -> Self {
         self.options.max_batch_inputs = n;

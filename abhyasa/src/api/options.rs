@@ -31,6 +31,11 @@ pub struct NodeOptions {
     /// How this agent applies obligations it receives, synchronously on
     /// the driver's task.
     pub applier: Box<dyn Applier + Send>,
+    /// If set, the receiver's apply requests go to this asynchronous
+    /// applier on their own tasks instead of `applier` (default `None`:
+    /// `applier` answers at once on the driver). See [`crate::applier`]
+    /// and [`NodeBuilder::async_applier`](crate::NodeBuilder::async_applier).
+    pub async_applier: Option<crate::applier::AsyncApplierHandle>,
     /// Where `now` comes from.
     pub clock: Arc<dyn Clock>,
     /// Most inputs folded into one commit batch before it is flushed
@@ -56,6 +61,7 @@ impl NodeOptions {
             receiver: ReceiverConfig::new(agent),
             registry: PolarityRegistry::standard(),
             applier: Box::new(abhyasa_core::custody::StandardApplier::default()),
+            async_applier: None,
             clock: Arc::new(SystemClock),
             max_batch_inputs: 4096,
             inline_store: false,
