@@ -61,6 +61,9 @@ async fn open(net: &MemNetwork, name: &str, store: impl Store + 'static) -> Node
         .unwrap()
 }
 
+/// Makes one option incoherent.
+type Breaker = Box<dyn Fn(&mut NodeOptions)>;
+
 /// The field an `InvalidOptions` error names.
 fn invalid_field(r: Result<Node, NodeError>) -> String {
     match r {
@@ -86,7 +89,7 @@ async fn builder_refuses_incoherent_options_naming_the_field() {
     let no_transport = Node::builder(a.clone()).store(SimStore::new()).open().await;
     assert_eq!(invalid_field(no_transport), "transport");
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut NodeOptions)>)> = vec![
+    let cases: Vec<(&str, Breaker)> = vec![
         (
             "receiver.agent",
             Box::new(|o| o.receiver.agent = agent("mallory")),
@@ -239,7 +242,10 @@ async fn status_states_are_typed_and_keep_their_json_spelling() {
         TerminalState::BestEffort,
     ] {
         let s = CustodianState::from(t);
-        assert_eq!(serde_json::to_value(s).unwrap(), serde_json::to_value(t).unwrap());
+        assert_eq!(
+            serde_json::to_value(s).unwrap(),
+            serde_json::to_value(t).unwrap()
+        );
         assert_eq!(s.terminal(), Some(t));
     }
     assert_eq!(
@@ -486,7 +492,10 @@ async fn dropping_an_offer_future_never_leaves_a_half_accepted_obligation() {
             alice.shutdown().await.unwrap();
         }
     }
-    assert!(absent > 0 && accepted > 0, "absent {absent}, accepted {accepted}");
+    assert!(
+        absent > 0 && accepted > 0,
+        "absent {absent}, accepted {accepted}"
+    );
 }
 
 // --- README ---------------------------------------------------------------
