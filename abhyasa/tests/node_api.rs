@@ -400,9 +400,10 @@ fn durable(store: &GatedStore, id: &ObligationId) -> bool {
     store.load().unwrap().custodian.pending.contains_key(id)
 }
 
-// Dropping an `offer` future after N polls, N = 0.., with its commit held:
-// the obligation is then either fully accepted — durable, shown pending by
-// `status`, still pending after a restart — or absent everywhere. `status`
+// C-ND-2, AB-1: dropping an `offer` future after N polls, N = 0.., with
+// its commit held: the obligation is then either fully accepted — durable,
+// shown pending by `status`, still pending after a restart — or absent
+// everywhere. `status`
 // never shows it before the store holds it. When the held commit fails
 // instead (a crash before it was durable), it is absent after the restart
 // and no answer ever claimed it. Both ends (absent, accepted) must occur.
