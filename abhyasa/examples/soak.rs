@@ -96,18 +96,18 @@ async fn soak(args: Args) -> Result<(), BoxError> {
             &StoreOptions::default(),
         )
     };
-    let bob = Node::open(
-        options(&b_id, policy),
-        open("bob")?,
-        net.join(b_id.clone(), LinkConfig::default()).await?,
-    )
-    .await?;
-    let alice = Node::open(
-        options(&a_id, policy),
-        open("alice")?,
-        net.join(a_id.clone(), LinkConfig::default()).await?,
-    )
-    .await?;
+    let bob = Node::builder(b_id.clone())
+        .options(options(&b_id, policy))
+        .boxed_store(open("bob")?)
+        .transport(net.join(b_id.clone(), LinkConfig::default()).await?)
+        .open()
+        .await?;
+    let alice = Node::builder(a_id.clone())
+        .options(options(&a_id, policy))
+        .boxed_store(open("alice")?)
+        .transport(net.join(a_id.clone(), LinkConfig::default()).await?)
+        .open()
+        .await?;
 
     println!(
         "soak: {} obligations, windows of {}, {} keys, deadline {} s, retention {} ms, compaction every {} ms (redb, in-memory transport)",

@@ -19,11 +19,11 @@ use abhyasa_core::{
 use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::api::{CustodianState, NodeError, NodeEvent, Outcome, StatusView};
 use crate::applier::AsyncApplierHandle;
 use crate::clock::Clock;
 use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
-use crate::api::{CustodianState, NodeError, NodeEvent, Outcome, StatusView};
 use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 
 /// Most obligation ids in one status query.

@@ -10,7 +10,9 @@ use std::time::Duration;
 use abhyasa_core::custody::{ApplyDecision, ExternalOutcome, Offered, Received};
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
-use abhyasa_core::{AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp};
+use abhyasa_core::{
+    AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
+};
 use abhyasa_transport::Transport;
 use tokio::sync::{broadcast, mpsc, oneshot};
 

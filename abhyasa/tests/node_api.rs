@@ -61,6 +61,9 @@ async fn open(net: &MemNetwork, name: &str, store: impl Store + 'static) -> Node
         .unwrap()
 }
 
+/// Makes one option incoherent.
+type Breaker = Box<dyn Fn(&mut NodeOptions)>;
+
 /// The field an `InvalidOptions` error names.
 fn invalid_field(r: Result<Node, NodeError>) -> String {
     match r {
@@ -86,7 +89,7 @@ async fn builder_refuses_incoherent_options_naming_the_field() {
     let no_transport = Node::builder(a.clone()).store(SimStore::new()).open().await;
     assert_eq!(invalid_field(no_transport), "transport");
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut NodeOptions)>)> = vec![
+    let cases: Vec<(&str, Breaker)> = vec![
         (
             "receiver.agent",
             Box::new(|o| o.receiver.agent = agent("mallory")),
@@ -239,7 +242,10 @@ async fn status_states_are_typed_and_keep_their_json_spelling() {
         TerminalState::BestEffort,
     ] {
         let s = CustodianState::from(t);
-        assert_eq!(serde_json::to_value(s).unwrap(), serde_json::to_value(t).unwrap());
+        assert_eq!(
+            serde_json::to_value(s).unwrap(),
+            serde_json::to_value(t).unwrap()
+        );
         assert_eq!(s.terminal(), Some(t));
     }
     assert_eq!(
@@ -394,9 +400,10 @@ fn durable(store: &GatedStore, id: &ObligationId) -> bool {
     store.load().unwrap().custodian.pending.contains_key(id)
 }
 
-// Dropping an `offer` future after N polls, N = 0.., with its commit held:
-// the obligation is then either fully accepted — durable, shown pending by
-// `status`, still pending after a restart — or absent everywhere. `status`
+// C-ND-2, AB-1: dropping an `offer` future after N polls, N = 0.., with
+// its commit held: the obligation is then either fully accepted — durable,
+// shown pending by `status`, still pending after a restart — or absent
+// everywhere. `status`
 // never shows it before the store holds it. When the held commit fails
 // instead (a crash before it was durable), it is absent after the restart
 // and no answer ever claimed it. Both ends (absent, accepted) must occur.
@@ -486,7 +493,10 @@ async fn dropping_an_offer_future_never_leaves_a_half_accepted_obligation() {
             alice.shutdown().await.unwrap();
         }
     }
-    assert!(absent > 0 && accepted > 0, "absent {absent}, accepted {accepted}");
+    assert!(
+        absent > 0 && accepted > 0,
+        "absent {absent}, accepted {accepted}"
+    );
 }
 
 // --- README ---------------------------------------------------------------

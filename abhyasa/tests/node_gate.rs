@@ -139,7 +139,13 @@ async fn open(net: &MemNetwork, o: NodeOptions, store: GatedStore) -> Node {
         .join(o.custodian.agent.clone(), LinkConfig::default())
         .await
         .unwrap();
-    Node::open(o, Box::new(store), t).await.unwrap()
+    Node::builder(o.agent().clone())
+        .options(o)
+        .store(store)
+        .transport(t)
+        .open()
+        .await
+        .unwrap()
 }
 
 fn revoke(node: &Node, id: &str, target: &str) -> Obligation {
@@ -456,7 +462,11 @@ async fn c_nd_2_outcome_and_status_report_only_durable_terminal_states() {
         } else {
             sa.gate.open();
             let v = join(status).await.unwrap();
-            assert_eq!(v.custodian, Some(abhyasa::CustodianState::Declined), "{v:?}");
+            assert_eq!(
+                v.custodian,
+                Some(abhyasa::CustodianState::Declined),
+                "{v:?}"
+            );
             let o = join(outcome).await.unwrap();
             assert_eq!(o.state, TerminalState::Declined);
             assert_eq!(sa.load().unwrap().custodian.terminal.len(), 1);

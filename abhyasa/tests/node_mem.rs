@@ -76,7 +76,13 @@ async fn node_with(net: &MemNetwork, o: NodeOptions, store: Box<dyn Store>) -> N
         .join(o.custodian.agent.clone(), LinkConfig::default())
         .await
         .unwrap();
-    Node::open(o, store, t).await.unwrap()
+    Node::builder(o.agent().clone())
+        .options(o)
+        .boxed_store(store)
+        .transport(t)
+        .open()
+        .await
+        .unwrap()
 }
 
 fn revoke(node: &Node, id: &str, scope: &str, deadline: i64) -> Obligation {

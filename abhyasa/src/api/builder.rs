@@ -176,9 +176,8 @@ impl NodeBuilder {
                 ),
             ));
         }
-        let store = store.ok_or_else(|| {
-            NodeError::invalid("store", "no store given (NodeBuilder::store)")
-        })?;
+        let store = store
+            .ok_or_else(|| NodeError::invalid("store", "no store given (NodeBuilder::store)"))?;
         let transport = transport.ok_or_else(|| {
             NodeError::invalid("transport", "no transport given (NodeBuilder::transport)")
         })?;

@@ -124,9 +124,9 @@ impl NodeOptions {
 /// A profile's backoff must be usable: base and cap positive, jitter in
 /// `0..=1` (a zero base would retry in a busy loop).
 fn check_profile(path: &str, p: &CustodyProfile) -> Result<(), NodeError> {
-    p.backoff.validate().map_err(|e| {
-        NodeError::invalid(format!("{path}.{}", e.field), e.problem.to_string())
-    })
+    p.backoff
+        .validate()
+        .map_err(|e| NodeError::invalid(format!("{path}.{}", e.field), e.problem.to_string()))
 }
 
 impl std::fmt::Debug for NodeOptions {
