@@ -17,6 +17,8 @@ mod gate;
 pub mod metrics;
 mod node;
 mod store_thread;
+pub mod subscription;
 
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use node::{Node, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
+pub use subscription::{Subscription, SubscriptionError};

@@ -9,8 +9,12 @@ use abhyasa_core::custody::{
     ReceiverConfig, ReceiverEvent, TerminalState,
 };
 use abhyasa_core::polarity::PolarityRegistry;
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::principal::{Authorization, Resolution};
-use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
+use abhyasa_core::store::{
+    DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page, Store, StoreError,
+    StoredEvent,
+};
 use abhyasa_core::{
     AgentId, DeclineReason, Escalation, GovernedKey, GuardOutcome, Obligation, ObligationId,
     OfferError, Sequence, Timestamp,
@@ -21,7 +25,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::clock::{Clock, SystemClock};
 use crate::driver::{Command, Driver};
 use crate::metrics::MetricsSnapshot;
-use crate::store_thread::{self, Job, Query, StoreJobs};
+use crate::store_thread::{self, Job, LogSink, Query, StoreJobs};
+use crate::subscription::Subscription;
 
 /// Everything a node needs besides its transport and store.
 pub struct NodeOptions {
@@ -46,6 +51,10 @@ pub struct NodeOptions {
     /// Retention and schedule of compaction (C-ND-5; see
     /// [`crate::compaction`]).
     pub compaction: crate::compaction::CompactionPolicy,
+    /// Capacity of the event channel behind [`Node::subscribe`] (default
+    /// 65,536). A subscriber that falls further behind is refilled from
+    /// the store's log, so this bounds memory, not what is delivered.
+    pub event_capacity: usize,
 }
 
 impl NodeOptions {
@@ -61,6 +70,7 @@ impl NodeOptions {
             max_batch_inputs: 4096,
             inline_store: false,
             compaction: crate::compaction::CompactionPolicy::default(),
+            event_capacity: 65_536,
         }
     }
 }
@@ -159,6 +169,10 @@ pub enum NodeEvent {
         /// What it did.
         what: String,
     },
+    /// A durable event: one committed record, with its position in the
+    /// store's event log. A [`Subscription`] yields every one, in id
+    /// order, exactly once (refilling from the log after a lag).
+    Logged(StoredEvent),
 }
 
 /// Where an obligation stands on this node.
@@ -183,6 +197,8 @@ pub struct Node {
     agent: AgentId,
     commands: mpsc::Sender<Command>,
     events: broadcast::Sender<NodeEvent>,
+    /// One past the last committed event id (see [`LogSink`]).
+    published: Arc<std::sync::atomic::AtomicU64>,
     store_jobs: StoreJobs,
     clock: Arc<dyn Clock>,
     transport: abhyasa_transport::TransportHandle,
@@ -200,13 +216,16 @@ impl Node {
     /// Opens a node: recovers custodian and receiver state from `store`
     /// (every pending transfer resumes its remaining window), starts the
     /// store thread and the driver task on the current tokio runtime.
+    ///
+    /// The store is loaded on the store thread (issue 11 §5), so opening a
+    /// node with a million records never blocks the runtime's worker: the
+    /// future waits for the load without holding the thread. Dropping it
+    /// before it completes stops the store thread; nothing was started.
     pub async fn open(
         options: NodeOptions,
         store: Box<dyn Store>,
         transport: Transport,
     ) -> Result<Node, NodeError> {
-        let state: DurableState = store.load()?;
-        let now = options.clock.now();
         let agent = options.custodian.agent.clone();
         if options.receiver.agent != agent {
             return Err(NodeError::Config(format!(
@@ -214,6 +233,28 @@ impl Node {
                 agent, options.receiver.agent
             )));
         }
+        let (ev_tx, _) = broadcast::channel(options.event_capacity.max(1));
+        let log = LogSink {
+            events: ev_tx.clone(),
+            published: Arc::default(),
+        };
+        let published = log.published.clone();
+        let (store_jobs, commit_done, store_join) = if options.inline_store {
+            let (jobs, done) = store_thread::spawn_inline(store, log);
+            (jobs, done, None)
+        } else {
+            store_thread::spawn(store, log)?
+        };
+        // Stops the store thread if the load fails or this future is dropped.
+        let stop = StopOnDrop(Some(store_jobs.clone()));
+        let (tx, rx) = oneshot::channel();
+        store_jobs
+            .send(Job::Query(Query::Load(tx)))
+            .map_err(|_| NodeError::Stopped)?;
+        let state: DurableState = rx.await.map_err(|_| NodeError::Stopped)??;
+        stop.disarm();
+        published.store(state.next_event.0, std::sync::atomic::Ordering::SeqCst);
+        let now = options.clock.now();
         let custodian = abhyasa_core::custody::Custodian::restore(
             options.custodian,
             options.registry.clone(),
@@ -225,14 +266,8 @@ impl Node {
             &state.receiver,
             now,
         );
-        let (store_jobs, commit_done, store_join) = if options.inline_store {
-            let (jobs, done) = store_thread::spawn_inline(store);
-            (jobs, done, None)
-        } else {
-            store_thread::spawn(store)?
-        };
+        drop(state);
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
-        let (ev_tx, _) = broadcast::channel(65_536);
         let Transport { handle, incoming } = transport;
         let transport = handle.clone();
         let driver = Driver::new(
@@ -256,6 +291,7 @@ impl Node {
             agent,
             commands: cmd_tx,
             events: ev_tx,
+            published,
             store_jobs,
             clock: options.clock,
             transport,
@@ -302,9 +338,24 @@ impl Node {
         self.ask(|reply| Command::WaitOutcome { id, reply }).await?
     }
 
-    /// Subscribes to events (released after their records are durable).
-    pub fn subscribe(&self) -> broadcast::Receiver<NodeEvent> {
-        self.events.subscribe()
+    /// Subscribes to events (released after their records are durable),
+    /// from now on: every durable event committed from here is yielded as
+    /// [`NodeEvent::Logged`], in order, exactly once, even if the
+    /// subscriber falls behind (see [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        // Subscribe first, then read the published end: an event either
+        // lies before it or reaches this receiver (C-ND-5, issue 11 §6).
+        let rx = self.events.subscribe();
+        let next = EventId(self.published.load(std::sync::atomic::Ordering::SeqCst));
+        Subscription::new(rx, self.store_jobs.clone(), next, false)
+    }
+
+    /// Subscribes from log position `from` (a [`Subscription::resume_from`]
+    /// saved earlier, or `EventId(0)`): the retained log from there is
+    /// read from the store first, then the live events follow without a
+    /// gap or a repeat.
+    pub fn subscribe_from(&self, from: EventId) -> Subscription {
+        Subscription::new(self.events.subscribe(), self.store_jobs.clone(), from, true)
     }
 
     /// Where an obligation stands.
@@ -391,10 +442,44 @@ impl Node {
         Ok(rx.await.map_err(|_| NodeError::Stopped)??)
     }
 
-    /// Inbox counters derived from the stored records.
+    /// Inbox counters derived from the stored records: durable counters and
+    /// a deadline index on the embedded stores, not a scan (issue 11 §5).
     pub async fn inbox(&self) -> Result<Inbox, NodeError> {
         let now = self.now();
         self.query(|r| Query::Inbox(now, r)).await
+    }
+
+    /// One page of the obligations this node is custodian of, in `state`
+    /// (all when `None`), with id `> after`, in id order, at most `limit`
+    /// (clamped to [`abhyasa_core::store::MAX_PAGE`]): an indexed read on
+    /// the store thread, never a scan of every record (issue 11 §5).
+    pub async fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, NodeError> {
+        self.query(|r| Query::List(state, after, limit, r)).await
+    }
+
+    /// One page of the retained escalations after log position `after`, in
+    /// the order they happened (an indexed read, issue 11 §5).
+    pub async fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, NodeError> {
+        self.query(|r| Query::Escalations(after, limit, r)).await
+    }
+
+    /// One page of the surfaced declines awaiting the principal's decision,
+    /// by obligation id after `after` (an indexed read, issue 11 §5).
+    pub async fn decisions(
+        &self,
+        after: Option<ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, NodeError> {
+        self.query(|r| Query::Decisions(after, limit, r)).await
     }
 
     /// The durable state (escalations, decisions, ledger) as stored.
@@ -402,7 +487,8 @@ impl Node {
         self.query(Query::Load).await
     }
 
-    /// Log events from `from`.
+    /// Up to `limit` durable log events with id `>= from`, in id order
+    /// (what a [`Subscription`] refills a gap from).
     pub async fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, NodeError> {
         self.query(|r| Query::Events(from, limit, r)).await
     }
@@ -420,5 +506,23 @@ impl Node {
     /// Stops the node after flushing what is in flight.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
         self.ask(|reply| Command::Shutdown { reply }).await
+    }
+}
+
+/// Stops the store thread when dropped armed: [`Node::open`] failed or was
+/// cancelled after the thread started.
+struct StopOnDrop(Option<StoreJobs>);
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(jobs) = self.0.take() {
+            let _ = jobs.send(Job::Stop);
+        }
     }
 }
