@@ -146,11 +146,7 @@ fn derive_row(t: Table, k: &[u8], v: &[u8]) -> Result<Derived, StoreError> {
                 d.counts.push(Counter::LateApplied);
             }
         }
-        Table::Principal => {
-            if k.first() == Some(&b'd') {
-                d.counts.push(Counter::Decisions);
-            }
-        }
+        Table::Principal if k.first() == Some(&b'd') => d.counts.push(Counter::Decisions),
         _ => {}
     }
     Ok(d)
