@@ -82,8 +82,13 @@ fn chunk(first: u64) -> Vec<Record> {
         };
         settled.offer(EPOCH, ob.clone()).expect("offer");
         if let Some(status) = status {
-            let mut ack =
-                CustodyAck::new(ob.id().clone(), to.clone(), status, EPOCH, Some(ob.digest()));
+            let mut ack = CustodyAck::new(
+                ob.id().clone(),
+                to.clone(),
+                status,
+                EPOCH,
+                Some(ob.digest()),
+            );
             if status == AckStatus::Declined {
                 ack.reason = Some(DeclineReason::Policy);
             }
@@ -113,8 +118,18 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--records" => records = args.next().and_then(|v| v.parse().ok()).expect("--records N"),
-            "--store" => kind = args.next().and_then(|v| v.parse().ok()).expect("--store redb|sled"),
+            "--records" => {
+                records = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--records N")
+            }
+            "--store" => {
+                kind = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--store redb|sled")
+            }
             "--no-load" => with_load = false,
             other => panic!("unknown argument {other}"),
         }
@@ -151,7 +166,9 @@ fn main() {
         (
             "list --state escalated --after <middle>",
             mean(n, || {
-                let _ = store.list(Some(ListState::Escalated), Some(&mid), PAGE).unwrap();
+                let _ = store
+                    .list(Some(ListState::Escalated), Some(&mid), PAGE)
+                    .unwrap();
             }),
         ),
         (
@@ -180,14 +197,20 @@ fn main() {
         ),
     ];
     for (what, d) in rows {
-        println!("{what:<42} {:>10.1} µs per call (page of {PAGE})", d.as_secs_f64() * 1e6);
+        println!(
+            "{what:<42} {:>10.1} µs per call (page of {PAGE})",
+            d.as_secs_f64() * 1e6
+        );
     }
     if with_load {
         let t = Instant::now();
         let s = store.load().expect("load");
         let d = t.elapsed();
         let inbox_by_fold = s.inbox(now);
-        assert_eq!(inbox_by_fold, inbox, "indexed counters disagree with the records");
+        assert_eq!(
+            inbox_by_fold, inbox,
+            "indexed counters disagree with the records"
+        );
         println!(
             "{:<42} {:>10.1} ms (what list/inbox/escalations used to run)",
             "full load (baseline)",
