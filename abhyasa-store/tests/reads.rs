@@ -275,3 +275,59 @@ impl Backend for PathBackend {
         0
     }
 }
+
+/// Overwrites row `key` of `table` with bytes that do not decode.
+fn damage(kind: Kind, path: &std::path::Path, table: &str, key: &str) {
+    let garbage = [0xff, 0xff, 0x01];
+    match kind {
+        Kind::Sled => {
+            let db = sled::open(path).unwrap();
+            db.open_tree(table)
+                .unwrap()
+                .insert(key, &garbage[..])
+                .unwrap();
+            db.flush().unwrap();
+        }
+        _ => {
+            let db = redb::Database::create(path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new(table);
+                tx.open_table(def)
+                    .unwrap()
+                    .insert(key.as_bytes(), &garbage[..])
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+    }
+}
+
+// A quarantine moves damaged rows aside and derives the indexes again, so
+// the counters and listings stop counting what is no longer stored
+// (C-ND-5: index = records after a repair too).
+#[test]
+fn quarantine_rebuilds_the_indexes_c_nd_5() {
+    for kind in DISK {
+        let dir = tempfile::tempdir().unwrap();
+        let path = disk_path(kind, dir.path());
+        {
+            let mut b: Box<dyn Backend> = Box::new(PathBackend::open(kind, &path));
+            let _ = populate(&mut b, false);
+        }
+        damage(kind, &path, "custody_pending", "ob-02");
+        {
+            let mut r = match kind {
+                Kind::Sled => abhyasa_store::StoreKind::Sled,
+                _ => abhyasa_store::StoreKind::Redb,
+            }
+            .open_for_repair(&path, &abhyasa_store::StoreOptions::default())
+            .unwrap();
+            let moved = r.quarantine(at(3)).unwrap();
+            assert_eq!(moved.len(), 1, "{kind:?}");
+        }
+        let s = open_disk(kind, &path).unwrap();
+        assert_eq!(s.inbox(at(2)).unwrap().pending, 11, "{kind:?}");
+        assert_indexes_match(s.as_ref(), at(2), &format!("{kind:?} after quarantine"));
+    }
+}
