@@ -249,6 +249,17 @@ impl PendingRow {
         }
     }
 
+    /// The absolute deadline, computed as `Obligation::deadline_at` does
+    /// (`created_at + deadline`, saturating), without rebuilding the
+    /// obligation.
+    pub(crate) fn deadline_at_micros(&self) -> i64 {
+        Timestamp::from_unix_micros(self.obligation.created_at)
+            .saturating_add(std::time::Duration::from_secs(
+                self.obligation.deadline_seconds,
+            ))
+            .unix_micros()
+    }
+
     pub(crate) fn build(
         self,
         table: &'static str,
@@ -307,6 +318,11 @@ impl TerminalRow {
             escalation,
             reconciliation: None,
         }
+    }
+
+    /// How the transfer ended.
+    pub(crate) fn state(&self) -> TerminalState {
+        self.state
     }
 
     pub(crate) fn build(

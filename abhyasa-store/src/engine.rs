@@ -11,7 +11,6 @@ use abhyasa_core::custody::{
 use abhyasa_core::principal::{AuthorizationEntry, DecisionItem, PrincipalWrite};
 use abhyasa_core::store::{
     past_retention, Committed, Compacted, DurableState, EventId, LogEvent, StoreError, StoredEvent,
-    FORMAT_VERSION,
 };
 use abhyasa_core::{AgentId, Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
 
@@ -48,10 +47,13 @@ pub(crate) enum Table {
     /// Rows moved aside by [`quarantine`]: the raw bytes of every entry that
     /// did not decode, keyed by `table \0 key`, kept for inspection.
     Quarantine,
+    /// Secondary indexes of the paged reads (format 2, see
+    /// [`crate::index`]): derived from the records, written with them.
+    Index,
 }
 
 impl Table {
-    pub(crate) const ALL: [Table; 12] = [
+    pub(crate) const ALL: [Table; 13] = [
         Table::Meta,
         Table::Pending,
         Table::Terminal,
@@ -64,6 +66,7 @@ impl Table {
         Table::Intents,
         Table::Events,
         Table::Quarantine,
+        Table::Index,
     ];
 
     /// The tables whose rows hold custody state and must all decode.
@@ -94,6 +97,7 @@ impl Table {
             Table::Intents => "intents",
             Table::Events => "events",
             Table::Quarantine => "quarantine",
+            Table::Index => "index",
         }
     }
 
@@ -102,8 +106,17 @@ impl Table {
     }
 }
 
+/// The on-disk layout version of the embedded stores. Version 2 added the
+/// `index` table and the counters in `meta` (issue 11 §5); a version-1
+/// database is migrated on open by deriving them from its records.
+pub const FORMAT_VERSION: u32 = 2;
+
 /// Meta key of the format version (`u32`, big-endian).
 pub(crate) const META_FORMAT: &[u8] = b"format_version";
+/// Meta key present while the indexes may disagree with the records (set
+/// by the transaction that quarantines rows, cleared by the one that
+/// rebuilds them): a crash between the two is repaired on the next open.
+const META_INDEX_STALE: &[u8] = b"index_stale";
 /// Meta key of the next event id (`u64`, big-endian).
 const META_NEXT_EVENT: &[u8] = b"next_event";
 
@@ -179,6 +192,27 @@ pub(crate) fn init_format(txn: &mut dyn Txn) -> Result<(), StoreError> {
     txn.put(Table::Meta, META_FORMAT, &FORMAT_VERSION.to_be_bytes())
 }
 
+/// Whether the indexes must be derived again on open: the database is of
+/// an older format (migration) or a quarantine did not finish.
+pub(crate) fn needs_rebuild(v: &dyn View, found: u32) -> Result<bool, StoreError> {
+    Ok(found < FORMAT_VERSION || v.get(Table::Meta, META_INDEX_STALE)?.is_some())
+}
+
+/// Rebuilds the indexes from the records and marks the database current,
+/// in one transaction (the migration from version 1 is this rebuild).
+pub(crate) fn finish_rebuild(
+    txn: &mut dyn Txn,
+    plan: &crate::index::Rebuild,
+) -> Result<(), StoreError> {
+    crate::index::write_rebuild(txn, plan)?;
+    if plan.skipped {
+        txn.put(Table::Meta, META_INDEX_STALE, &[1])?;
+    } else {
+        txn.del(Table::Meta, META_INDEX_STALE)?;
+    }
+    init_format(txn)
+}
+
 fn next_event(get: Option<Vec<u8>>) -> Result<u64, StoreError> {
     match get {
         None => Ok(0),
@@ -218,7 +252,7 @@ fn put_principal(txn: &mut dyn Txn, w: &PrincipalWrite) -> Result<(), StoreError
     }
 }
 
-fn read_principal(k: &[u8], v: &[u8]) -> Result<PrincipalWrite, StoreError> {
+pub(crate) fn read_principal(k: &[u8], v: &[u8]) -> Result<PrincipalWrite, StoreError> {
     const T: &str = "principal";
     let (prefix, rest) = k.split_first().ok_or_else(|| corrupt(T, k, "empty key"))?;
     Ok(match prefix {
@@ -464,6 +498,19 @@ pub(crate) fn commit(
     now: Timestamp,
     batches: &[&[Record]],
 ) -> Result<Committed, StoreError> {
+    // Every write of the records moves their indexes in this same
+    // transaction (write-ahead: index and records are durable together).
+    let mut indexed = crate::index::Indexed::new(txn);
+    let c = commit_records(&mut indexed, now, batches)?;
+    indexed.finish()?;
+    Ok(c)
+}
+
+fn commit_records(
+    txn: &mut dyn Txn,
+    now: Timestamp,
+    batches: &[&[Record]],
+) -> Result<Committed, StoreError> {
     let first = next_event(txn.get(Table::Meta, META_NEXT_EVENT)?)?;
     let mut event = first;
     let mut records = 0;
@@ -533,7 +580,7 @@ fn decode_row(t: Table, k: &[u8], b: &[u8]) -> Result<Row, StoreError> {
             let _: (i64, LogEvent) = from_bytes(name, k, b)?;
             Row::Event
         }
-        Table::Meta | Table::Quarantine => {
+        Table::Meta | Table::Quarantine | Table::Index => {
             return Err(corrupt(name, k, "not a data table"));
         }
     })
@@ -670,6 +717,11 @@ pub(crate) fn quarantine(
         txn.del(t, &row.raw_key)?;
         out.push(q);
     }
+    // A corrupt row's index entries cannot be derived: the caller rebuilds
+    // the indexes next, and an open after a crash in between does.
+    if !out.is_empty() {
+        txn.put(Table::Meta, META_INDEX_STALE, &[1])?;
+    }
     Ok(out)
 }
 
@@ -756,8 +808,9 @@ pub(crate) fn plan_compaction(
 
 /// Applies planned deletions.
 pub(crate) fn delete(txn: &mut dyn Txn, dels: &[(Table, Vec<u8>)]) -> Result<(), StoreError> {
+    let mut indexed = crate::index::Indexed::new(txn);
     for (t, k) in dels {
-        txn.del(*t, k)?;
+        indexed.del(*t, k)?;
     }
-    Ok(())
+    indexed.finish()
 }

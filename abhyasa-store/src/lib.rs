@@ -14,14 +14,19 @@
 //! (authorizations with sequences, routing weights, open decisions),
 //! `receiver_ledger` (id → digest, outcome, reason, effect),
 //! `receiver_key_sequences`, `receiver_effects`, `intents`, `events`
-//! (the append-only log) and `quarantine` (rows moved aside by
-//! [`Repair::quarantine`]).
+//! (the append-only log), `quarantine` (rows moved aside by
+//! [`Repair::quarantine`]) and `index` (format 2: the secondary indexes of
+//! the paged reads `list`, `escalations`, `decisions` and `inbox`, written
+//! in the same transaction as the records they derive from; a version-1
+//! database is migrated on open).
 //!
 //! See `README.md` for the benchmark that chose the default.
 #![forbid(unsafe_code)]
 
 mod codec;
 mod engine;
+mod index;
+mod reads;
 mod redb_store;
 mod sled_store;
 
@@ -32,7 +37,7 @@ use std::str::FromStr;
 use abhyasa_core::store::{Store, StoreError};
 use abhyasa_core::Timestamp;
 
-pub use engine::{CorruptRow, QuarantinedRow};
+pub use engine::{CorruptRow, QuarantinedRow, FORMAT_VERSION};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
 

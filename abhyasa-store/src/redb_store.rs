@@ -8,12 +8,15 @@ use std::time::Duration;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use abhyasa_core::custody::Record;
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
 };
-use abhyasa_core::Timestamp;
+use abhyasa_core::{ObligationId, Timestamp};
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::{index, reads};
 use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "redb";
@@ -155,11 +158,21 @@ impl RedbStore {
             }
             Ok(())
         })?;
-        s.format = match engine::check_format(&s.view()?)? {
+        let view = s.view()?;
+        s.format = match engine::check_format(&view)? {
+            Format::Known(v) if engine::needs_rebuild(&view, v)? => {
+                // Migration (version 1 had no indexes) or an interrupted
+                // quarantine: derive the indexes from the records, in one
+                // transaction with the new version.
+                let plan = index::plan_rebuild(&view)?;
+                drop(view);
+                s.transact(|t| engine::finish_rebuild(t, &plan))?;
+                engine::FORMAT_VERSION
+            }
             Format::Known(v) => v,
             Format::Fresh => {
                 s.transact(|t| engine::init_format(t))?;
-                abhyasa_core::store::FORMAT_VERSION
+                engine::FORMAT_VERSION
             }
         };
         Ok(s)
@@ -221,6 +234,35 @@ impl Store for RedbStore {
         engine::load(&self.view()?)
     }
 
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        reads::inbox(&self.view()?, now)
+    }
+
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        reads::list(&self.view()?, state, after, limit)
+    }
+
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        reads::escalations(&self.view()?, after, limit)
+    }
+
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        reads::decisions(&self.view()?, after, limit)
+    }
+
     fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         engine::events(&self.view()?, from, limit)
     }
@@ -244,7 +286,10 @@ impl Repair for RedbStore {
         if bad.is_empty() {
             return Ok(Vec::new());
         }
-        self.transact(|t| engine::quarantine(t, now, &bad))
+        let moved = self.transact(|t| engine::quarantine(t, now, &bad))?;
+        let plan = index::plan_rebuild(&self.view()?)?;
+        self.transact(|t| engine::finish_rebuild(t, &plan))?;
+        Ok(moved)
     }
 
     fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {

@@ -26,12 +26,15 @@ use sled::transaction::{
 use sled::Transactional;
 
 use abhyasa_core::custody::Record;
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
 };
-use abhyasa_core::Timestamp;
+use abhyasa_core::{ObligationId, Timestamp};
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::{index, reads};
 use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "sled";
@@ -164,11 +167,20 @@ impl SledStore {
         };
         s.synced_blobs = s.blob_names()?;
         s.format = match engine::check_format(&SledView(&s.trees))? {
+            Format::Known(v) if engine::needs_rebuild(&SledView(&s.trees), v)? => {
+                // Migration (version 1 had no indexes) or an interrupted
+                // quarantine: derive the indexes from the records, in one
+                // transaction with the new version.
+                let plan = index::plan_rebuild(&SledView(&s.trees))?;
+                s.transact("migrate", |t| engine::finish_rebuild(t, &plan))?;
+                s.sync()?;
+                engine::FORMAT_VERSION
+            }
             Format::Known(v) => v,
             Format::Fresh => {
                 s.transact("init", |t| engine::init_format(t))?;
                 s.sync()?;
-                abhyasa_core::store::FORMAT_VERSION
+                engine::FORMAT_VERSION
             }
         };
         Ok(s)
@@ -277,6 +289,35 @@ impl Store for SledStore {
         engine::load(&SledView(&self.trees))
     }
 
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        reads::inbox(&SledView(&self.trees), now)
+    }
+
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        reads::list(&SledView(&self.trees), state, after, limit)
+    }
+
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        reads::escalations(&SledView(&self.trees), after, limit)
+    }
+
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        reads::decisions(&SledView(&self.trees), after, limit)
+    }
+
     fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         engine::events(&SledView(&self.trees), from, limit)
     }
@@ -302,6 +343,9 @@ impl Repair for SledStore {
             return Ok(Vec::new());
         }
         let moved = self.transact("quarantine", |t| engine::quarantine(t, now, &bad))?;
+        self.sync()?;
+        let plan = index::plan_rebuild(&SledView(&self.trees))?;
+        self.transact("reindex", |t| engine::finish_rebuild(t, &plan))?;
         self.sync()?;
         Ok(moved)
     }

@@ -258,6 +258,10 @@ fn check(w: &mut World, sc: &Scenario, label: &str) {
         w.cust.is_some() && w.recv.is_some(),
         "{label}: a node never came back"
     );
+    // C-ND-5 / issue 11 §5: whatever crashed, the indexes equal the records.
+    let now = w.now;
+    assert_indexes_match(w.cstore.store(), now, &format!("{label}: custodian"));
+    assert_indexes_match(w.rstore.store(), now, &format!("{label}: receiver"));
     let cs = w.cstore.load();
     let rs = w.rstore.load();
     assert!(

@@ -13,13 +13,12 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::principal::{PrincipalState, PrincipalWrite};
-use abhyasa_core::store::{
-    EventId, Inbox, LogEvent, Store, StoreError, DEFAULT_RETENTION, FORMAT_VERSION,
-};
+use abhyasa_core::store::{EventId, Inbox, LogEvent, Store, StoreError, DEFAULT_RETENTION};
 use abhyasa_core::{
     AckStatus, CustodyAck, DeclinePolicy, DeclineReason, GovernedKey, Obligation, Sequence,
     Timestamp,
 };
+use abhyasa_store::FORMAT_VERSION;
 use common::*;
 
 fn secs(s: u64) -> Duration {
@@ -630,6 +629,9 @@ fn inbox_counters_are_derived_from_stored_records() {
         // deferred transfer are overdue.
         let late = b.store().inbox(at(61)).unwrap();
         assert_eq!(late.deferred_overdue, 2, "{kind:?}");
+        // C-ND-5: the indexed counters equal the fold of the records.
+        assert_indexes_match(b.store(), at(10), &format!("{kind:?}"));
+        assert_indexes_match(b.store(), at(61), &format!("{kind:?}"));
         assert_eq!(b.load().decisions()[0].obligation_id, oid("d"));
     }
 }

@@ -76,6 +76,7 @@ mod gate;
 pub mod metrics;
 mod node;
 mod store_thread;
+pub mod subscription;
 
 pub use api::{
     CustodianState, NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView,
@@ -83,3 +84,4 @@ pub use api::{
 pub use applier::{AsyncApplier, AsyncApplierHandle};
 pub use compaction::{CompactionPolicy, CompactionReport};
 pub use node::Node;
+pub use subscription::{Subscription, SubscriptionError};

@@ -8,8 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use abhyasa_core::custody::{ApplyDecision, ExternalOutcome, Offered, Received};
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::principal::{Authorization, Resolution};
-use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
+use abhyasa_core::store::{
+    DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page, Store, StoreError,
+    StoredEvent,
+};
 use abhyasa_core::{
     AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
 };
@@ -20,7 +24,8 @@ use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, Status
 use crate::clock::Clock;
 use crate::driver::{Command, Driver};
 use crate::metrics::MetricsSnapshot;
-use crate::store_thread::{self, Job, Query, StoreJobs};
+use crate::store_thread::{self, Job, LogSink, Query, StoreJobs};
+use crate::subscription::Subscription;
 
 /// A running node. Cheap to clone; the node stops when
 /// [`Node::shutdown`] is called or every clone is dropped.
@@ -41,6 +46,8 @@ pub struct Node {
     agent: AgentId,
     commands: mpsc::Sender<Command>,
     events: broadcast::Sender<NodeEvent>,
+    /// One past the last committed event id (see [`LogSink`]).
+    published: Arc<std::sync::atomic::AtomicU64>,
     store_jobs: StoreJobs,
     clock: Arc<dyn Clock>,
     transport: abhyasa_transport::TransportHandle,
@@ -70,7 +77,12 @@ impl Node {
     /// runtime.
     ///
     /// Cancellation: dropping the future before it returns leaves no node
-    /// running and writes nothing; the store and transport are dropped.
+    /// The store is loaded on the store thread (issue 11 §5), so opening a
+    /// node with a million records never blocks the runtime's worker.
+    ///
+    /// Cancellation: dropping the future before it returns stops the store
+    /// thread, leaves no node running and writes nothing; the store and
+    /// transport are dropped.
     pub async fn open(
         options: NodeOptions,
         store: Box<dyn Store>,
@@ -87,7 +99,27 @@ impl Node {
                 ),
             ));
         }
-        let state: DurableState = store.load()?;
+        let (ev_tx, _) = broadcast::channel(options.event_capacity.max(1));
+        let log = LogSink {
+            events: ev_tx.clone(),
+            published: Arc::default(),
+        };
+        let published = log.published.clone();
+        let (store_jobs, commit_done, store_join) = if options.inline_store {
+            let (jobs, done) = store_thread::spawn_inline(store, log);
+            (jobs, done, None)
+        } else {
+            store_thread::spawn(store, log)?
+        };
+        // Stops the store thread if the load fails or this future is dropped.
+        let stop = StopOnDrop(Some(store_jobs.clone()));
+        let (tx, rx) = oneshot::channel();
+        store_jobs
+            .send(Job::Query(Query::Load(tx)))
+            .map_err(|_| NodeError::Stopped)?;
+        let state: DurableState = rx.await.map_err(|_| NodeError::Stopped)??;
+        stop.disarm();
+        published.store(state.next_event.0, std::sync::atomic::Ordering::SeqCst);
         let now = options.clock.now();
         let custodian = abhyasa_core::custody::Custodian::restore(
             options.custodian,
@@ -100,14 +132,8 @@ impl Node {
             &state.receiver,
             now,
         );
-        let (store_jobs, commit_done, store_join) = if options.inline_store {
-            let (jobs, done) = store_thread::spawn_inline(store);
-            (jobs, done, None)
-        } else {
-            store_thread::spawn(store)?
-        };
+        drop(state);
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
-        let (ev_tx, _) = broadcast::channel(65_536);
         let Transport { handle, incoming } = transport;
         let transport = handle.clone();
         let driver = Driver::new(
@@ -132,6 +158,7 @@ impl Node {
             agent,
             commands: cmd_tx,
             events: ev_tx,
+            published,
             store_jobs,
             clock: options.clock,
             transport,
@@ -202,9 +229,24 @@ impl Node {
         self.ask(|reply| Command::WaitOutcome { id, reply }).await?
     }
 
-    /// Subscribes to events (released after their records are durable).
-    pub fn subscribe(&self) -> broadcast::Receiver<NodeEvent> {
-        self.events.subscribe()
+    /// Subscribes to events (released after their records are durable),
+    /// from now on: every durable event committed from here is yielded as
+    /// [`NodeEvent::Logged`], in order, exactly once, even if the
+    /// subscriber falls behind (see [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        // Subscribe first, then read the published end: an event either
+        // lies before it or reaches this receiver (C-ND-5, issue 11 §6).
+        let rx = self.events.subscribe();
+        let next = EventId(self.published.load(std::sync::atomic::Ordering::SeqCst));
+        Subscription::new(rx, self.store_jobs.clone(), next, false)
+    }
+
+    /// Subscribes from log position `from` (a [`Subscription::resume_from`]
+    /// saved earlier, or `EventId(0)`): the retained log from there is
+    /// read from the store first, then the live events follow without a
+    /// gap or a repeat.
+    pub fn subscribe_from(&self, from: EventId) -> Subscription {
+        Subscription::new(self.events.subscribe(), self.store_jobs.clone(), from, true)
     }
 
     /// Where an obligation stands; everything it says is durable.
@@ -312,12 +354,46 @@ impl Node {
         Ok(rx.await.map_err(|_| NodeError::Stopped)??)
     }
 
-    /// Inbox counters derived from the stored records.
+    /// Inbox counters derived from the stored records: durable counters and
+    /// a deadline index on the embedded stores, not a scan (issue 11 §5).
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn inbox(&self) -> Result<Inbox, NodeError> {
         let now = self.now();
         self.query(|r| Query::Inbox(now, r)).await
+    }
+
+    /// One page of the obligations this node is custodian of, in `state`
+    /// (all when `None`), with id `> after`, in id order, at most `limit`
+    /// (clamped to [`abhyasa_core::store::MAX_PAGE`]): an indexed read on
+    /// the store thread, never a scan of every record (issue 11 §5).
+    pub async fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, NodeError> {
+        self.query(|r| Query::List(state, after, limit, r)).await
+    }
+
+    /// One page of the retained escalations after log position `after`, in
+    /// the order they happened (an indexed read, issue 11 §5).
+    pub async fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, NodeError> {
+        self.query(|r| Query::Escalations(after, limit, r)).await
+    }
+
+    /// One page of the surfaced declines awaiting the principal's decision,
+    /// by obligation id after `after` (an indexed read, issue 11 §5).
+    pub async fn decisions(
+        &self,
+        after: Option<ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, NodeError> {
+        self.query(|r| Query::Decisions(after, limit, r)).await
     }
 
     /// The durable state (escalations, decisions, ledger) as stored.
@@ -327,7 +403,8 @@ impl Node {
         self.query(Query::Load).await
     }
 
-    /// Log events from `from`.
+    /// Up to `limit` durable log events with id `>= from`, in id order
+    /// (what a [`Subscription`] refills a gap from).
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, NodeError> {
@@ -353,5 +430,23 @@ impl Node {
     /// stops (after flushing); only the confirmation is lost.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
         self.ask(|reply| Command::Shutdown { reply }).await
+    }
+}
+
+/// Stops the store thread when dropped armed: [`Node::open`] failed or was
+/// cancelled after the thread started.
+struct StopOnDrop(Option<StoreJobs>);
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(jobs) = self.0.take() {
+            let _ = jobs.send(Job::Stop);
+        }
     }
 }

@@ -2,15 +2,53 @@
 //! the driver, which keeps feeding the state machines while a batch is in
 //! flight. Exactly one commit is in flight at a time, in order.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
 use abhyasa_core::custody::{CommitToken, Record};
-use abhyasa_core::store::{DurableState, EventId, Inbox, Store, StoreError, StoredEvent};
-use abhyasa_core::Timestamp;
-use tokio::sync::{mpsc, oneshot};
+use abhyasa_core::principal::DecisionItem;
+use abhyasa_core::store::{
+    DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, LogEvent, Page, Store,
+    StoreError, StoredEvent,
+};
+use abhyasa_core::{ObligationId, Timestamp};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::api::NodeEvent;
+
+/// Where the store thread announces what each commit appended to the event
+/// log (the lag-safe subscription, [`crate::Subscription`]).
+#[derive(Clone, Debug)]
+pub(crate) struct LogSink {
+    /// The node's event channel.
+    pub(crate) events: broadcast::Sender<NodeEvent>,
+    /// One past the last event id committed: where a new subscriber starts.
+    pub(crate) published: Arc<AtomicU64>,
+}
+
+impl LogSink {
+    /// After commit `c` of `records` at `now` is durable: moves the
+    /// published end, then (only if anyone listens) broadcasts each log
+    /// event with its id, before the driver releases anything the commit
+    /// unblocked.
+    fn committed(&self, now: Timestamp, records: &[&[Record]], c: &abhyasa_core::store::Committed) {
+        self.published.store(c.end_event.0, Ordering::SeqCst);
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let all = records.iter().flat_map(|b| b.iter());
+        for (i, r) in (c.first_event.0..c.end_event.0).zip(all) {
+            let _ = self.events.send(NodeEvent::Logged(StoredEvent {
+                id: EventId(i),
+                at: now,
+                event: LogEvent::of(r),
+            }));
+        }
+    }
+}
 
 /// A batch in flight: the records of both machines and their tokens.
 #[derive(Debug)]
@@ -35,6 +73,22 @@ pub(crate) struct CommitDone {
 pub(crate) enum Query {
     Load(oneshot::Sender<Result<DurableState, StoreError>>),
     Inbox(Timestamp, oneshot::Sender<Result<Inbox, StoreError>>),
+    List(
+        Option<ListState>,
+        Option<ObligationId>,
+        usize,
+        oneshot::Sender<Result<Page<Listed, ObligationId>, StoreError>>,
+    ),
+    Escalations(
+        Option<EventId>,
+        usize,
+        oneshot::Sender<Result<Page<EscalationEntry, EventId>, StoreError>>,
+    ),
+    Decisions(
+        Option<ObligationId>,
+        usize,
+        oneshot::Sender<Result<Page<DecisionItem, ObligationId>, StoreError>>,
+    ),
     Events(
         EventId,
         usize,
@@ -79,6 +133,7 @@ impl std::fmt::Debug for StoreJobs {
 pub(crate) struct Inline {
     store: Option<Box<dyn Store>>,
     done: mpsc::UnboundedSender<CommitDone>,
+    log: LogSink,
 }
 
 /// The store has stopped.
@@ -94,11 +149,11 @@ impl StoreJobs {
             StoreJobs::Thread(tx) => tx.send(job).map_err(|_| Stopped),
             StoreJobs::Inline(inline) => {
                 let mut g = inline.lock().unwrap_or_else(|e| e.into_inner());
-                let Inline { store, done } = &mut *g;
+                let Inline { store, done, log } = &mut *g;
                 let Some(s) = store.as_mut() else {
                     return Err(Stopped);
                 };
-                if !run_job(s.as_mut(), job, done) {
+                if !run_job(s.as_mut(), job, done, log) {
                     *store = None;
                 }
                 Ok(())
@@ -108,7 +163,12 @@ impl StoreJobs {
 }
 
 /// Runs one job; false when the store should stop.
-fn run_job(store: &mut dyn Store, job: Job, done_tx: &mpsc::UnboundedSender<CommitDone>) -> bool {
+fn run_job(
+    store: &mut dyn Store,
+    job: Job,
+    done_tx: &mpsc::UnboundedSender<CommitDone>,
+    log: &LogSink,
+) -> bool {
     match job {
         Job::Stop => false,
         Job::Commit(c) => {
@@ -123,7 +183,9 @@ fn run_job(store: &mut dyn Store, job: Job, done_tx: &mpsc::UnboundedSender<Comm
                 records += r.len();
                 slices.push(r);
             }
-            let result = store.commit(c.now, &slices).map(|_| ());
+            let result = store.commit(c.now, &slices).map(|committed| {
+                log.committed(c.now, &slices, &committed);
+            });
             let done = CommitDone {
                 custodian: c.custodian.as_ref().map(|(_, t)| *t),
                 receiver: c.receiver.as_ref().map(|(_, t)| *t),
@@ -141,6 +203,15 @@ fn run_job(store: &mut dyn Store, job: Job, done_tx: &mpsc::UnboundedSender<Comm
                 Query::Inbox(now, r) => {
                     let _ = r.send(store.inbox(now));
                 }
+                Query::List(state, after, limit, r) => {
+                    let _ = r.send(store.list(state, after.as_ref(), limit));
+                }
+                Query::Escalations(after, limit, r) => {
+                    let _ = r.send(store.escalations(after, limit));
+                }
+                Query::Decisions(after, limit, r) => {
+                    let _ = r.send(store.decisions(after.as_ref(), limit));
+                }
                 Query::Events(from, limit, r) => {
                     let _ = r.send(store.events(from, limit));
                 }
@@ -157,6 +228,7 @@ fn run_job(store: &mut dyn Store, job: Job, done_tx: &mpsc::UnboundedSender<Comm
 /// receiver; the thread ends when the job sender is dropped.
 pub(crate) fn spawn(
     mut store: Box<dyn Store>,
+    log: LogSink,
 ) -> std::io::Result<(
     StoreJobs,
     mpsc::UnboundedReceiver<CommitDone>,
@@ -168,7 +240,7 @@ pub(crate) fn spawn(
         .name("abhyasa-store".into())
         .spawn(move || {
             while let Ok(job) = rx.recv() {
-                if !run_job(store.as_mut(), job, &done_tx) {
+                if !run_job(store.as_mut(), job, &done_tx, &log) {
                     break;
                 }
             }
@@ -182,11 +254,13 @@ pub(crate) fn spawn(
 /// its duration, so use it with an in-memory store.
 pub(crate) fn spawn_inline(
     store: Box<dyn Store>,
+    log: LogSink,
 ) -> (StoreJobs, mpsc::UnboundedReceiver<CommitDone>) {
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let inline = Inline {
         store: Some(store),
         done: done_tx,
+        log,
     };
     (StoreJobs::Inline(Arc::new(Mutex::new(inline))), done_rx)
 }

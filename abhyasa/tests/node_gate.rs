@@ -242,10 +242,7 @@ fn bob_with(decision: ApplyDecision) -> NodeOptions {
 }
 
 /// Waits for a receiver event on `rx` matching `f`.
-async fn receiver_event(
-    rx: &mut tokio::sync::broadcast::Receiver<NodeEvent>,
-    f: impl Fn(&ReceiverEvent) -> bool,
-) {
+async fn receiver_event(rx: &mut abhyasa::Subscription, f: impl Fn(&ReceiverEvent) -> bool) {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Ok(NodeEvent::Receiver(e)) = rx.recv().await {

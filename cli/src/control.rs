@@ -6,13 +6,20 @@
 //! |---------------|---------------------------------------------------------------|
 //! | `offer`       | `obligation` (v1 JSON object), `wait` (bool, default false)   |
 //! | `status`      | `id`                                                          |
-//! | `list`        | `state` (optional: pending, applied, declined, escalated, best_effort) |
+//! | `list`        | `state` (optional: pending, applied, declined, escalated, best_effort), `limit` (default 1000, at most 10000), `after` (an obligation id: the `next` of the previous page) |
 //! | `inbox`       |                                                               |
-//! | `escalations` |                                                               |
+//! | `escalations` | `limit` (default 1000), `after` (a log position: the `next` of the previous page), `decisions_after` (an obligation id: the `decisions_next` of the previous page) |
 //! | `decide`      | `key`, `decision` (`granted` or `withheld`), `sequence` (optional) |
 //! | `resolve`     | `obligation_id`, `resolution` (`apply_safe` or `dismiss`)     |
 //! | `metrics`     |                                                               |
 //! | `authorizations` | (durable principal-side state per governed key)            |
+//!
+//! Reads are paged and answered from the store's indexes (issue 11 §5):
+//! `list` answers `{"items": [...], "next": ID | null}` (obligations in id
+//! order after `after`); `escalations` answers `{"escalations": [...],
+//! "next": N | null, "decisions": [...], "decisions_next": ID | null}`, each
+//! escalation carrying its log `position`. Pass `next` back as `after` for
+//! the next page; `null` means this page is the last.
 //!
 //! Each response is one line: `{"ok": true, "result": …}` or
 //! `{"ok": false, "error": {"code": …, "message": …}}` with `code` one of
@@ -28,6 +35,7 @@ use std::sync::Arc;
 use abhyasa::{Node, NodeError, Outcome};
 use abhyasa_core::custody::{Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite, Resolution};
+use abhyasa_core::store::{EventId, ListState, UnknownListState};
 use abhyasa_core::{AgentId, GovernedKey, Obligation, ObligationId, Sequence};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -49,9 +57,20 @@ pub(crate) enum Request {
     List {
         #[serde(default)]
         state: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
     },
     Inbox,
-    Escalations,
+    Escalations {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decisions_after: Option<String>,
+    },
     Decide {
         key: String,
         decision: Authorization,
@@ -68,6 +87,13 @@ pub(crate) enum Request {
 
 /// The states `list` filters on.
 pub(crate) const STATES: [&str; 5] = ["pending", "applied", "declined", "escalated", "best_effort"];
+
+/// Page size of `list` and `escalations` when the request names none.
+pub(crate) const DEFAULT_LIMIT: usize = 1000;
+
+fn obligation_id(field: &str, s: &str) -> Result<ObligationId, ControlError> {
+    ObligationId::parse_field(field, s).map_err(|e| ControlError::new("bad_request", e.to_string()))
+}
 
 /// A typed control error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,50 +258,74 @@ pub(crate) async fn dispatch(
             }
             Ok(to_value(&v))
         }
-        Request::List { state } => {
-            if let Some(s) = &state {
-                if !STATES.contains(&s.as_str()) {
-                    return Err(ControlError::new(
-                        "bad_request",
-                        format!("unknown state {s:?} (one of {})", STATES.join(", ")),
-                    ));
-                }
-            }
-            let ds = node.durable_state().await?;
-            let mut rows = Vec::new();
-            for (id, p) in &ds.custodian.pending {
-                rows.push(json!({
-                    "obligation_id": id.as_str(),
-                    "state": "pending",
-                    "kind": p.obligation.kind().as_str(),
-                    "target": p.obligation.target().as_str(),
-                    "attempts": p.attempts,
-                    "deadline_at": p.obligation.deadline_at().to_rfc3339(),
-                }));
-            }
-            for (id, t) in &ds.custodian.terminal {
-                rows.push(json!({
-                    "obligation_id": id.as_str(),
-                    "state": state_str(t.state),
-                    "target": t.target.as_str(),
-                    "deadline_at": t.deadline_at.to_rfc3339(),
-                    "closed_at": t.closed_at.to_rfc3339(),
-                }));
-            }
-            rows.retain(|r| state.as_deref().is_none_or(|s| r["state"] == s));
-            rows.sort_by(|a, b| {
-                a["obligation_id"]
-                    .as_str()
-                    .cmp(&b["obligation_id"].as_str())
-            });
-            Ok(Value::Array(rows))
+        Request::List {
+            state,
+            limit,
+            after,
+        } => {
+            let state: Option<ListState> = match &state {
+                None => None,
+                Some(s) => Some(s.parse().map_err(|e: UnknownListState| {
+                    ControlError::new("bad_request", e.to_string())
+                })?),
+            };
+            let after = after
+                .as_deref()
+                .map(|a| obligation_id("after", a))
+                .transpose()?;
+            // An indexed read of one page (issue 11 §5), never a scan.
+            let page = node
+                .list(state, after, limit.unwrap_or(DEFAULT_LIMIT))
+                .await?;
+            let items: Vec<Value> = page
+                .items
+                .iter()
+                .map(|r| {
+                    json!({
+                        "obligation_id": r.obligation_id.as_str(),
+                        "state": r.state.as_str(),
+                        "kind": r.kind.as_ref().map(|k| k.as_str()),
+                        "target": r.target.as_str(),
+                        "attempts": r.attempts,
+                        "deadline_at": r.deadline_at.to_rfc3339(),
+                        "closed_at": r.closed_at.map(|t| t.to_rfc3339()),
+                    })
+                })
+                .collect();
+            Ok(json!({
+                "items": items,
+                "next": page.next.as_ref().map(|n| n.as_str()),
+            }))
         }
         Request::Inbox => Ok(to_value(&node.inbox().await?)),
-        Request::Escalations => {
-            let ds = node.durable_state().await?;
+        Request::Escalations {
+            limit,
+            after,
+            decisions_after,
+        } => {
+            let limit = limit.unwrap_or(DEFAULT_LIMIT);
+            let decisions_after = decisions_after
+                .as_deref()
+                .map(|a| obligation_id("decisions_after", a))
+                .transpose()?;
+            let escalations = node.escalations(after.map(EventId), limit).await?;
+            let decisions = node.decisions(decisions_after, limit).await?;
+            let items: Vec<Value> = escalations
+                .items
+                .iter()
+                .map(|e| {
+                    let mut v = to_value(&e.escalation);
+                    if let Value::Object(m) = &mut v {
+                        m.insert("position".into(), json!(e.position.0));
+                    }
+                    v
+                })
+                .collect();
             Ok(json!({
-                "escalations": ds.custodian.escalations,
-                "decisions": ds.decisions(),
+                "escalations": items,
+                "next": escalations.next.map(|n| n.0),
+                "decisions": decisions.items,
+                "decisions_next": decisions.next.as_ref().map(|n| n.as_str()),
             }))
         }
         Request::Decide {

@@ -38,7 +38,7 @@ enum Command {
     /// Inbox counters.
     Inbox(cmd::client::ReadArgs),
     /// Escalations and surfaced declines awaiting a decision.
-    Escalations(cmd::client::ReadArgs),
+    Escalations(cmd::client::EscalationsArgs),
     /// The node's metrics snapshot.
     Metrics(cmd::client::ReadArgs),
     /// Principal-side state per governed key: granted or withheld, its

@@ -113,11 +113,33 @@ fn two_nodes_over_the_cli() {
     assert!(human.contains("applied"), "{human}");
 
     let list = json(&["list", "--dir", ds_a, "--state", "applied", "--json"]);
-    let rows = list.as_array().expect("list is an array");
+    let rows = list["items"].as_array().expect("list items are an array");
     assert_eq!(rows.len(), 2, "{list}");
     assert!(rows.iter().any(|r| r["obligation_id"] == "ob-cli-1"));
+    assert_eq!(list["next"], Value::Null, "one page holds both: {list}");
+    // Paged (issue 11 §5): one item a page, the cursor leads to the other.
+    let first = json(&[
+        "list", "--dir", ds_a, "--state", "applied", "--limit", "1", "--json",
+    ]);
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(1), "{first}");
+    let next = first["next"].as_str().expect("a next cursor").to_string();
+    assert_eq!(first["items"][0]["obligation_id"], next.as_str(), "{first}");
+    let second = json(&[
+        "list", "--dir", ds_a, "--state", "applied", "--limit", "1", "--after", &next, "--json",
+    ]);
+    assert_eq!(
+        second["items"].as_array().map(Vec::len),
+        Some(1),
+        "{second}"
+    );
+    assert_ne!(
+        second["items"][0]["obligation_id"],
+        next.as_str(),
+        "{second}"
+    );
+    assert_eq!(second["next"], Value::Null, "{second}");
     let pending = json(&["list", "--dir", ds_a, "--state", "pending", "--json"]);
-    assert_eq!(pending, Value::Array(vec![]));
+    assert_eq!(pending["items"], Value::Array(vec![]), "{pending}");
 
     let inbox = json(&["inbox", "--dir", ds_a, "--json"]);
     assert_eq!(inbox["pending"], 0, "{inbox}");

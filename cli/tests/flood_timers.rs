@@ -96,7 +96,7 @@ fn c_nd_3_flooded_node_escalates_within_a_second_of_the_deadline() {
         "escalated",
         "--json",
     ]);
-    let row = rows
+    let row = rows["items"]
         .as_array()
         .expect("rows")
         .iter()

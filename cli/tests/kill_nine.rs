@@ -280,7 +280,11 @@ fn run(plan: &Plan) {
                 return false;
             };
             c.call(&json!({"op": "list", "state": "pending"}))
-                .is_ok_and(|v| v["result"].as_array().is_some_and(|r| r.is_empty()))
+                .is_ok_and(|v| {
+                    v["result"]["items"]
+                        .as_array()
+                        .is_some_and(|r| r.is_empty())
+                })
         },
     );
     nodes.kill(0);

@@ -51,20 +51,25 @@
 //! so compaction never enables a second application.
 //! [`DEFAULT_RETENTION`] is seven days.
 
+mod read;
 mod sim;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+pub use read::{page_limit, EscalationEntry, ListState, Listed, Page, UnknownListState, MAX_PAGE};
 pub use sim::{CrashTiming, SimStore};
 
 use crate::custody::{CustodianSnapshot, LedgerOutcome, ReceiverSnapshot, Record, TerminalState};
 use crate::model::{AckStatus, AgentId, Digest, ObligationId, Timestamp};
 use crate::principal::{DecisionItem, PrincipalState, PrincipalWrite, WeightRange};
 
-/// The on-disk format version this build writes and reads. A database
-/// written by a newer version is refused with [`StoreError::NewerFormat`].
+/// The format version of the in-memory [`SimStore`] and the baseline of the
+/// record encoding. Each backend reports its own on-disk layout version
+/// through [`Store::format_version`] (the embedded stores of
+/// `abhyasa-store` are at their own version 2, which added the indexes of
+/// the paged reads).
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Default retention past each record's deadline: seven days.
@@ -475,9 +480,46 @@ pub trait Store: Send {
     /// The durable state (see the module docs for the fold's rules).
     fn load(&self) -> Result<DurableState, StoreError>;
 
-    /// Inbox counters at `now`, derived from the stored records.
+    /// Inbox counters at `now`, derived from the stored records. The
+    /// default folds a full [`Store::load`]; indexed backends answer from
+    /// durable counters and a deadline index instead (issue 11 §5).
     fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
         Ok(self.load()?.inbox(now))
+    }
+
+    /// One page of the obligations this node is custodian of: those in
+    /// `state` (all when `None`) with id `> after`, in id order, at most
+    /// `limit` (clamped by [`page_limit`]). The default folds a full
+    /// [`Store::load`] (kept so third-party stores compile); indexed
+    /// backends read only the page.
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        Ok(self.load()?.list(state, after, limit))
+    }
+
+    /// One page of the retained escalations after log position `after`, in
+    /// commit order. The default folds a full [`Store::load`] and numbers
+    /// escalations by ordinal (see [`DurableState::escalation_page`]).
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        Ok(self.load()?.escalation_page(after, limit))
+    }
+
+    /// One page of the open decision items (surfaced declines) with id
+    /// `> after`, in id order. The default folds a full [`Store::load`].
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        Ok(self.load()?.decision_page(after, limit))
     }
 
     /// Up to `limit` log events with id `>= from`, in id order.
@@ -502,6 +544,28 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
         (**self).inbox(now)
+    }
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        (**self).list(state, after, limit)
+    }
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        (**self).escalations(after, limit)
+    }
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        (**self).decisions(after, limit)
     }
     fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         (**self).events(from, limit)

@@ -1,17 +1,19 @@
 //! The simulated store: in memory, same contract as the disk stores, with
 //! injectable crash points for crash-point enumeration.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::{
-    past_retention, Committed, Compacted, DurableState, EventId, LogEvent, PrincipalFold, Store,
-    StoreError, StoredEvent, FORMAT_VERSION,
+    page_limit, past_retention, Committed, Compacted, DurableState, EscalationEntry, EventId,
+    Inbox, ListState, Listed, LogEvent, Page, PrincipalFold, Store, StoreError, StoredEvent,
+    FORMAT_VERSION,
 };
 use crate::custody::{
     CustodianSnapshot, LedgerOutcome, ReceiverSnapshot, Reconciliation, Record, TerminalSummary,
 };
-use crate::model::{Digest, Escalation, ObligationId, Timestamp};
+use crate::model::{AckStatus, AgentId, Digest, Escalation, ObligationId, Timestamp};
+use crate::principal::{DecisionItem, PrincipalWrite};
 
 /// When an injected crash hits a commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +45,30 @@ struct Disk {
     receiver: ReceiverSnapshot,
     events: BTreeMap<u64, StoredEvent>,
     next_event: u64,
+    /// The indexes of the paged reads, kept in step with the maps above
+    /// by every change (issue 11 §5): what `list`, `escalations`,
+    /// `decisions` and `inbox` answer from.
+    index: Index,
+}
+
+/// Secondary indexes of the simulated disk.
+#[derive(Clone, Debug, Default)]
+struct Index {
+    /// Every obligation held (pending or terminal) and its list state.
+    all: BTreeMap<ObligationId, ListState>,
+    /// The same, by state.
+    by_state: BTreeMap<ListState, BTreeSet<ObligationId>>,
+    /// Open decision items by id.
+    decisions: BTreeMap<ObligationId, DecisionItem>,
+    /// Deferred transfers under custody, by deadline.
+    custody_deferred: BTreeSet<(Timestamp, ObligationId)>,
+    /// Receiver ledger entries still `deferred` without an intent, by
+    /// deadline.
+    ledger_deferred: BTreeSet<(Timestamp, (AgentId, ObligationId))>,
+    /// Ledger entries `outcome_unknown`.
+    outcome_unknown: u64,
+    /// Reconciliation items whose late status is `applied`.
+    late_applied: u64,
 }
 
 /// An in-memory [`Store`] for the simulator and the model checker.
@@ -153,7 +179,119 @@ impl Disk {
         self.custody.pending.contains_key(id) || self.terminal.contains_key(id)
     }
 
+    /// What the indexes hold for custody entry `id`: its list state and,
+    /// for a deferred transfer under custody, its deadline.
+    fn custody_entry(&self, id: &ObligationId) -> Option<(ListState, Option<Timestamp>)> {
+        if let Some(p) = self.custody.pending.get(id) {
+            let deferred = p.deferred.then(|| p.obligation.deadline_at());
+            return Some((ListState::Pending, deferred));
+        }
+        self.terminal
+            .get(id)
+            .map(|t| (ListState::of(t.summary.state), None))
+    }
+
+    /// Brings the indexes of custody entry `id` in line with the maps,
+    /// given what they held before the change.
+    fn reindex_custody(
+        &mut self,
+        id: &ObligationId,
+        before: Option<(ListState, Option<Timestamp>)>,
+    ) {
+        let after = self.custody_entry(id);
+        if before == after {
+            return;
+        }
+        if let Some((state, deferred)) = before {
+            self.index.all.remove(id);
+            if let Some(ids) = self.index.by_state.get_mut(&state) {
+                ids.remove(id);
+            }
+            if let Some(d) = deferred {
+                self.index.custody_deferred.remove(&(d, id.clone()));
+            }
+        }
+        if let Some((state, deferred)) = after {
+            self.index.all.insert(id.clone(), state);
+            self.index
+                .by_state
+                .entry(state)
+                .or_default()
+                .insert(id.clone());
+            if let Some(d) = deferred {
+                self.index.custody_deferred.insert((d, id.clone()));
+            }
+        }
+    }
+
+    /// What the indexes hold for ledger entry `key`: its deadline when
+    /// it is deferred without an intent, and whether it is
+    /// `outcome_unknown`.
+    fn ledger_entry(&self, key: &(AgentId, ObligationId)) -> (Option<Timestamp>, bool) {
+        match self.receiver.ledger.get(key) {
+            None => (None, false),
+            Some(l) => (
+                (l.outcome == LedgerOutcome::Deferred && !self.receiver.intents.contains_key(key))
+                    .then_some(l.deadline_at),
+                l.outcome == LedgerOutcome::OutcomeUnknown,
+            ),
+        }
+    }
+
+    fn reindex_ledger(&mut self, key: &(AgentId, ObligationId), before: (Option<Timestamp>, bool)) {
+        let after = self.ledger_entry(key);
+        if let Some(d) = before.0 {
+            self.index.ledger_deferred.remove(&(d, key.clone()));
+        }
+        if let Some(d) = after.0 {
+            self.index.ledger_deferred.insert((d, key.clone()));
+        }
+        self.index.outcome_unknown =
+            self.index.outcome_unknown + u64::from(after.1) - u64::from(before.1);
+    }
+
+    fn apply_principal(&mut self, w: &PrincipalWrite) {
+        self.principal.apply(w);
+        match w {
+            PrincipalWrite::DecisionRaised(item) => {
+                self.index
+                    .decisions
+                    .insert(item.obligation_id.clone(), item.clone());
+            }
+            PrincipalWrite::DecisionClosed { obligation_id } => {
+                self.index.decisions.remove(obligation_id);
+            }
+            _ => {}
+        }
+    }
+
     fn apply(&mut self, now: Timestamp, r: &Record) {
+        let custody_id = match r {
+            Record::CustodyOpened { pending, .. } => Some(pending.obligation.id().clone()),
+            Record::AttemptMade { obligation_id, .. } | Record::DeferralSeen { obligation_id } => {
+                Some(obligation_id.clone())
+            }
+            Record::CustodyClosed(c) => Some(c.obligation_id.clone()),
+            Record::BestEffortSent { summary, .. } => Some(summary.obligation_id.clone()),
+            _ => None,
+        };
+        let ledger_key = match r {
+            Record::Ledger(l) => Some((l.custodian.clone(), l.obligation_id.clone())),
+            Record::Intent(i) => Some((i.custodian.clone(), i.obligation.id().clone())),
+            _ => None,
+        };
+        let custody_before = custody_id.as_ref().and_then(|id| self.custody_entry(id));
+        let ledger_before = ledger_key.as_ref().map(|k| self.ledger_entry(k));
+        self.apply_record(now, r);
+        if let Some(id) = &custody_id {
+            self.reindex_custody(id, custody_before);
+        }
+        if let (Some(k), Some(before)) = (&ledger_key, ledger_before) {
+            self.reindex_ledger(k, before);
+        }
+    }
+
+    fn apply_record(&mut self, now: Timestamp, r: &Record) {
         let event = self.next_event;
         self.next_event += 1;
         self.events.insert(
@@ -169,7 +307,7 @@ impl Disk {
                 let id = pending.obligation.id();
                 if !self.held(id) {
                     self.custody.pending.insert(id.clone(), pending.clone());
-                    principal.iter().for_each(|w| self.principal.apply(w));
+                    principal.iter().for_each(|w| self.apply_principal(w));
                 }
             }
             // They touch only pending transfers: the core's own fold.
@@ -180,7 +318,7 @@ impl Disk {
                     // Terminal is final: no second fail-safe or escalation.
                     return;
                 }
-                c.principal.iter().for_each(|w| self.principal.apply(w));
+                c.principal.iter().for_each(|w| self.apply_principal(w));
                 let escalation = c.escalation.as_ref().map(|e| {
                     self.escalations.insert(event, e.clone());
                     event
@@ -212,21 +350,48 @@ impl Disk {
                             reconciliation: None,
                         },
                     );
-                    principal.iter().for_each(|w| self.principal.apply(w));
+                    principal.iter().for_each(|w| self.apply_principal(w));
                 }
             }
-            Record::Principal { writes, .. } => writes.iter().for_each(|w| self.principal.apply(w)),
+            Record::Principal { writes, .. } => writes.iter().for_each(|w| self.apply_principal(w)),
             Record::LateAck(rec) => {
                 if let Some(t) = self.terminal.get_mut(&rec.obligation_id) {
                     if !t.summary.late_ack_recorded {
                         t.summary.late_ack_recorded = true;
                         t.reconciliation = Some(event);
+                        self.index.late_applied += u64::from(rec.status == AckStatus::Applied);
                         self.reconciliations.insert(event, rec.clone());
                     }
                 }
             }
             Record::Ledger(_) | Record::Intent(_) => self.receiver.apply(r),
         }
+    }
+}
+
+impl Disk {
+    /// The listing row of a held obligation.
+    fn listed(&self, id: &ObligationId) -> Option<Listed> {
+        if let Some(p) = self.custody.pending.get(id) {
+            return Some(Listed {
+                obligation_id: id.clone(),
+                state: ListState::Pending,
+                target: p.obligation.target().clone(),
+                kind: Some(p.obligation.kind().clone()),
+                attempts: Some(p.attempts),
+                deadline_at: p.obligation.deadline_at(),
+                closed_at: None,
+            });
+        }
+        self.terminal.get(id).map(|t| Listed {
+            obligation_id: id.clone(),
+            state: ListState::of(t.summary.state),
+            target: t.summary.target.clone(),
+            kind: None,
+            attempts: None,
+            deadline_at: t.summary.deadline_at,
+            closed_at: Some(t.summary.closed_at),
+        })
     }
 }
 
@@ -289,6 +454,117 @@ impl Store for SimStore {
         })
     }
 
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        self.check_up()?;
+        let d = &self.disk;
+        let ix = &d.index;
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        // Only the overdue part of the deadline indexes is visited.
+        let custody_overdue = ix
+            .custody_deferred
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .count();
+        let ledger_overdue = ix
+            .ledger_deferred
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .count();
+        Ok(Inbox {
+            pending: count(d.custody.pending.len()),
+            decision_required: count(ix.decisions.len()),
+            escalated: count(d.escalations.len()),
+            deferred_overdue: count(custody_overdue + ledger_overdue),
+            late_applied: ix.late_applied,
+            outcome_unknown: ix.outcome_unknown,
+        })
+    }
+
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.check_up()?;
+        let d = &self.disk;
+        let limit = page_limit(limit);
+        let ids: Vec<ObligationId> = match state {
+            None => {
+                let from = after.map_or(Unbounded, |a| Excluded(a.clone()));
+                d.index
+                    .all
+                    .range((from, Unbounded))
+                    .take(limit + 1)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            }
+            Some(st) => {
+                let from = after.map_or(Unbounded, |a| Excluded(a.clone()));
+                d.index
+                    .by_state
+                    .get(&st)
+                    .map(|ids| {
+                        ids.range((from, Unbounded))
+                            .take(limit + 1)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+        };
+        let rows = ids.iter().filter_map(|id| d.listed(id)).collect();
+        Ok(Page::from_overfull(rows, limit, |r: &Listed| {
+            r.obligation_id.clone()
+        }))
+    }
+
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        self.check_up()?;
+        let limit = page_limit(limit);
+        let from = after.map_or(0, |a| a.0.saturating_add(1));
+        let items = self
+            .disk
+            .escalations
+            .range(from..)
+            .take(limit + 1)
+            .map(|(k, e)| EscalationEntry {
+                position: EventId(*k),
+                escalation: e.clone(),
+            })
+            .collect();
+        Ok(Page::from_overfull(items, limit, |e: &EscalationEntry| {
+            e.position
+        }))
+    }
+
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.check_up()?;
+        let limit = page_limit(limit);
+        let from = after.map_or(Unbounded, |a| Excluded(a.clone()));
+        let items = self
+            .disk
+            .index
+            .decisions
+            .range((from, Unbounded))
+            .take(limit + 1)
+            .map(|(_, d)| d.clone())
+            .collect();
+        Ok(Page::from_overfull(items, limit, |d: &DecisionItem| {
+            d.obligation_id.clone()
+        }))
+    }
+
     fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         self.check_up()?;
         Ok(self
@@ -311,16 +587,23 @@ impl Store for SimStore {
             .map(|(k, _)| k.clone())
             .collect();
         for id in expired {
+            let before = d.custody_entry(&id);
             if let Some(t) = d.terminal.remove(&id) {
                 out.terminal += 1;
                 if let Some(e) = t.escalation {
                     out.escalations += u64::from(d.escalations.remove(&e).is_some());
                 }
                 if let Some(r) = t.reconciliation {
-                    out.reconciliations += u64::from(d.reconciliations.remove(&r).is_some());
+                    if let Some(rec) = d.reconciliations.remove(&r) {
+                        out.reconciliations += 1;
+                        d.index.late_applied -= u64::from(rec.status == AckStatus::Applied);
+                    }
                 }
             }
+            d.reindex_custody(&id, before);
         }
+        // Decided entries are neither deferred nor in doubt: no index
+        // holds them.
         let before = d.receiver.ledger.len();
         d.receiver.ledger.retain(|_, l| {
             !(matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined)

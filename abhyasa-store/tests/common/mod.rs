@@ -452,6 +452,9 @@ impl World {
         match side {
             Side::Custodian => {
                 self.cstore.restart();
+                // C-ND-5 / issue 11 §5: after the crash and reopen the
+                // indexes agree with the records.
+                assert_indexes_match(self.cstore.store(), now, "custodian after restart");
                 let s = self.cstore.load();
                 let mut c = Custodian::restore(
                     custodian_config(),
@@ -468,6 +471,7 @@ impl World {
             }
             Side::Receiver => {
                 self.rstore.restart();
+                assert_indexes_match(self.rstore.store(), now, "receiver after restart");
                 let s = self.rstore.load();
                 self.recv = Some(Receiver::restore(
                     receiver_config(),
@@ -697,4 +701,68 @@ impl World {
         }
         p
     }
+}
+
+// ------------------------------------------------------------ index check
+
+/// Every page of `read`, from the start, `limit` items at a time.
+pub fn all_pages<T, C: Clone>(
+    limit: usize,
+    mut read: impl FnMut(Option<C>, usize) -> abhyasa_core::store::Page<T, C>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut after = None;
+    for _ in 0..100_000 {
+        let page = read(after.clone(), limit);
+        assert!(page.items.len() <= limit, "a page longer than its limit");
+        out.extend(page.items);
+        match page.next {
+            Some(c) => after = Some(c),
+            None => return out,
+        }
+    }
+    panic!("paging did not end");
+}
+
+/// C-ND-5 / issue 11 §5: the indexed answers of `list`, `escalations`,
+/// `decisions` and `inbox` equal what the records (a full `load`) say, and
+/// paging (two items a page) neither skips nor repeats an item.
+pub fn assert_indexes_match(store: &dyn Store, now: Timestamp, label: &str) {
+    use abhyasa_core::store::{ListState, MAX_PAGE};
+    let ds = store.load().unwrap();
+    assert_eq!(
+        store.inbox(now).unwrap(),
+        ds.inbox(now),
+        "{label}: inbox counters disagree with the records"
+    );
+    let mut states: Vec<Option<ListState>> = vec![None];
+    states.extend(ListState::ALL.map(Some));
+    for st in states {
+        let expected = ds.list(st, None, MAX_PAGE).items;
+        let paged = all_pages(2, |after: Option<ObligationId>, n| {
+            store.list(st, after.as_ref(), n).unwrap()
+        });
+        assert_eq!(
+            paged, expected,
+            "{label}: list {st:?} disagrees with the records"
+        );
+    }
+    let escalations: Vec<Escalation> =
+        all_pages(1, |after, n| store.escalations(after, n).unwrap())
+            .into_iter()
+            .map(|e| e.escalation)
+            .collect();
+    assert_eq!(
+        escalations, ds.custodian.escalations,
+        "{label}: escalations disagree with the records"
+    );
+    let mut decisions = ds.decisions();
+    decisions.sort_by(|a, b| a.obligation_id.cmp(&b.obligation_id));
+    let paged = all_pages(1, |after: Option<ObligationId>, n| {
+        store.decisions(after.as_ref(), n).unwrap()
+    });
+    assert_eq!(
+        paged, decisions,
+        "{label}: decisions disagree with the records"
+    );
 }

@@ -27,6 +27,11 @@ pub enum NodeEvent {
     Custodian(CustodianEvent),
     /// A receiver event.
     Receiver(ReceiverEvent),
+    /// A durable event: one committed record, with its position in the
+    /// store's event log. A [`Subscription`](crate::Subscription) yields
+    /// every one, in id order, exactly once (refilling from the log after a
+    /// lag).
+    Logged(abhyasa_core::store::StoredEvent),
     /// A peer connected.
     PeerUp(AgentId),
     /// A peer disconnected.

@@ -50,6 +50,10 @@ pub struct NodeOptions {
     /// Retention and schedule of compaction (C-ND-5; see
     /// [`crate::compaction`]).
     pub compaction: CompactionPolicy,
+    /// Capacity of the event channel behind [`Node::subscribe`](crate::Node::subscribe)
+    /// (default 65,536). A subscriber that falls further behind is refilled
+    /// from the store's log, so this bounds memory, not what is delivered.
+    pub event_capacity: usize,
 }
 
 impl NodeOptions {
@@ -66,6 +70,7 @@ impl NodeOptions {
             max_batch_inputs: 4096,
             inline_store: false,
             compaction: CompactionPolicy::default(),
+            event_capacity: 65_536,
         }
     }
 

@@ -269,6 +269,12 @@ pub(crate) struct ListArgs {
     /// Only this state: pending, applied, declined, escalated, best_effort.
     #[arg(long)]
     state: Option<String>,
+    /// Most obligations on this page (at most 10000).
+    #[arg(long, default_value_t = crate::control::DEFAULT_LIMIT)]
+    limit: usize,
+    /// Start after this obligation id (the `next` of the previous page).
+    #[arg(long)]
+    after: Option<String>,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -280,11 +286,18 @@ pub(crate) fn list(a: ListArgs) -> Result<(), String> {
             return Err(format!("--state {st:?}: one of {}", STATES.join(", ")));
         }
     }
-    let r = call(&a.read.target.socket()?, &Request::List { state: a.state })?;
+    let r = call(
+        &a.read.target.socket()?,
+        &Request::List {
+            state: a.state,
+            limit: Some(a.limit),
+            after: a.after,
+        },
+    )?;
     if a.read.json {
         return print_json(&r);
     }
-    let rows = r.as_array().cloned().unwrap_or_default();
+    let rows = r["items"].as_array().cloned().unwrap_or_default();
     println!(
         "{:<36} {:<12} {:<16} {:>8}  deadline",
         "id", "state", "target", "attempts"
@@ -299,7 +312,10 @@ pub(crate) fn list(a: ListArgs) -> Result<(), String> {
             s(&row["deadline_at"])
         );
     }
-    println!("{} obligation(s)", rows.len());
+    match r["next"].as_str() {
+        Some(next) => println!("{} obligation(s); more after: --after {next}", rows.len()),
+        None => println!("{} obligation(s)", rows.len()),
+    }
     Ok(())
 }
 
@@ -363,14 +379,40 @@ pub(crate) fn authorizations(a: ReadArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Options of `abhyasa escalations`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct EscalationsArgs {
+    /// Most escalations (and decisions) on this page (at most 10000).
+    #[arg(long, default_value_t = crate::control::DEFAULT_LIMIT)]
+    limit: usize,
+    /// Start after this log position (the `next` of the previous page).
+    #[arg(long)]
+    after: Option<u64>,
+    /// Start the decisions after this obligation id (`decisions_next`).
+    #[arg(long)]
+    decisions_after: Option<String>,
+    #[command(flatten)]
+    read: ReadArgs,
+}
+
 /// `abhyasa escalations`.
-pub(crate) fn escalations(a: ReadArgs) -> Result<(), String> {
-    let r = call(&a.target.socket()?, &Request::Escalations)?;
-    if a.json {
+pub(crate) fn escalations(a: EscalationsArgs) -> Result<(), String> {
+    let r = call(
+        &a.read.target.socket()?,
+        &Request::Escalations {
+            limit: Some(a.limit),
+            after: a.after,
+            decisions_after: a.decisions_after,
+        },
+    )?;
+    if a.read.json {
         return print_json(&r);
     }
     let es = r["escalations"].as_array().cloned().unwrap_or_default();
-    println!("{} escalation(s)", es.len());
+    match r["next"].as_u64() {
+        Some(next) => println!("{} escalation(s); more after: --after {next}", es.len()),
+        None => println!("{} escalation(s)", es.len()),
+    }
     for e in &es {
         println!(
             "  {}  {} -> {}  after {} attempts: {}; fail-safe on {} ({})",
@@ -384,7 +426,13 @@ pub(crate) fn escalations(a: ReadArgs) -> Result<(), String> {
         );
     }
     let ds = r["decisions"].as_array().cloned().unwrap_or_default();
-    println!("{} decision(s) required", ds.len());
+    match r["decisions_next"].as_str() {
+        Some(next) => println!(
+            "{} decision(s) required; more after: --decisions-after {next}",
+            ds.len()
+        ),
+        None => println!("{} decision(s) required", ds.len()),
+    }
     for d in &ds {
         println!("  {}", d);
     }

@@ -424,11 +424,7 @@ async fn offer(
     Ok((id, p.kind, p.what, admissible))
 }
 
-async fn print_events(
-    mut rx: tokio::sync::broadcast::Receiver<NodeEvent>,
-    start: Instant,
-    live: bool,
-) {
+async fn print_events(mut rx: abhyasa::Subscription, start: Instant, live: bool) {
     while let Ok(e) = rx.recv().await {
         if !live {
             continue;

@@ -145,7 +145,7 @@ impl Drop for SocketGuard {
     }
 }
 
-async fn log_events(mut rx: tokio::sync::broadcast::Receiver<NodeEvent>) {
+async fn log_events(mut rx: abhyasa::Subscription) {
     loop {
         match rx.recv().await {
             Ok(NodeEvent::PeerUp(p)) => tracing::info!(peer = %p, "peer connected"),
@@ -154,8 +154,8 @@ async fn log_events(mut rx: tokio::sync::broadcast::Receiver<NodeEvent>) {
                 tracing::warn!(peer = %peer, what = %what, "peer misbehaved");
             }
             Ok(e) => tracing::debug!(event = ?e, "event"),
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(skipped = n, "event log lagged");
+            Err(e @ abhyasa::SubscriptionError::Compacted { .. }) => {
+                tracing::warn!(error = %e, "event log lagged past retention");
             }
             Err(_) => return,
         }

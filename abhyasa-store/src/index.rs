@@ -1,0 +1,383 @@
+//! Secondary indexes and durable counters of the paged reads (issue 11 §5,
+//! format version 2).
+//!
+//! Every write to a table an index derives from goes through [`Indexed`],
+//! a wrapper of the write transaction that reads the row's old value,
+//! writes the new one and moves the derived index entries and counters by
+//! the difference — in the same transaction as the record. So the indexes
+//! can never disagree with the records, not even after a crash in the
+//! middle of a commit (write-ahead: they are durable together or not at
+//! all). [`rebuild`] derives them from the records alone: the migration of
+//! a version-1 database and the repair after a quarantine.
+//!
+//! The `index` table holds keys only (empty values):
+//!
+//! | prefix | key                                   | one per                                   |
+//! |--------|---------------------------------------|-------------------------------------------|
+//! | `s`    | `s` state-byte obligation-id          | terminal summary (list by state)          |
+//! | `c`    | `c` deadline obligation-id            | deferred transfer under custody           |
+//! | `r`    | `r` deadline custodian `\0` id        | ledger entry `deferred` without an intent |
+//!
+//! Deadlines are microseconds with the sign bit flipped, big-endian, so
+//! byte order is time order. The counters live in `meta`.
+
+use abhyasa_core::custody::{LedgerOutcome, Reconciliation, TerminalState};
+use abhyasa_core::model::AckStatus;
+use abhyasa_core::store::{ListState, StoreError};
+
+use crate::codec::{
+    corrupt, from_bytes, parse_u64_key, u64_key, LedgerRow, PendingRow, TerminalRow,
+};
+use crate::engine::{Deletions, Table, Txn, View};
+
+/// A durable counter kept in `meta`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counter {
+    /// Rows of `custody_pending`.
+    Pending,
+    /// Open decision items (`d` rows of `principal`).
+    Decisions,
+    /// Rows of `escalations`.
+    Escalated,
+    /// Reconciliation items whose late status is `applied`.
+    LateApplied,
+    /// Ledger entries `outcome_unknown`.
+    OutcomeUnknown,
+}
+
+impl Counter {
+    const ALL: [Counter; 5] = [
+        Counter::Pending,
+        Counter::Decisions,
+        Counter::Escalated,
+        Counter::LateApplied,
+        Counter::OutcomeUnknown,
+    ];
+
+    fn key(self) -> &'static [u8] {
+        match self {
+            Counter::Pending => b"count.pending",
+            Counter::Decisions => b"count.decisions",
+            Counter::Escalated => b"count.escalated",
+            Counter::LateApplied => b"count.late_applied",
+            Counter::OutcomeUnknown => b"count.outcome_unknown",
+        }
+    }
+}
+
+/// Reads a counter (absent: 0).
+pub(crate) fn counter(v: &dyn View, c: Counter) -> Result<u64, StoreError> {
+    match v.get(Table::Meta, c.key())? {
+        None => Ok(0),
+        Some(b) => parse_u64_key("meta", &b),
+    }
+}
+
+/// Index key prefixes.
+pub(crate) const BY_STATE: u8 = b's';
+/// Deferred transfers under custody, by deadline.
+pub(crate) const CUSTODY_DEFERRED: u8 = b'c';
+/// Ledger entries deferred without an intent, by deadline.
+pub(crate) const LEDGER_DEFERRED: u8 = b'r';
+
+/// The byte of a state in a `s` key.
+pub(crate) fn state_byte(s: ListState) -> u8 {
+    match s {
+        ListState::Pending => b'p',
+        ListState::Applied => b'a',
+        ListState::Declined => b'd',
+        ListState::Escalated => b'e',
+        ListState::BestEffort => b'b',
+    }
+}
+
+/// The `s` key prefix of one state.
+pub(crate) fn state_prefix(s: ListState) -> [u8; 2] {
+    [BY_STATE, state_byte(s)]
+}
+
+/// Microseconds in byte order = time order.
+pub(crate) fn time_key(micros: i64) -> [u8; 8] {
+    ((micros as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn deadline_key(prefix: u8, micros: i64, rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + rest.len());
+    k.push(prefix);
+    k.extend_from_slice(&time_key(micros));
+    k.extend_from_slice(rest);
+    k
+}
+
+/// What one entity contributes to the indexes.
+#[derive(Debug, Default, PartialEq)]
+struct Derived {
+    keys: Vec<Vec<u8>>,
+    counts: Vec<Counter>,
+}
+
+fn pending_deadline(row: &PendingRow) -> i64 {
+    row.deadline_at_micros()
+}
+
+/// The contribution of a row of a single-row entity table.
+fn derive_row(t: Table, k: &[u8], v: &[u8]) -> Result<Derived, StoreError> {
+    let mut d = Derived::default();
+    match t {
+        Table::Pending => {
+            let row: PendingRow = from_bytes("custody_pending", k, v)?;
+            d.counts.push(Counter::Pending);
+            if row.deferred {
+                d.keys
+                    .push(deadline_key(CUSTODY_DEFERRED, pending_deadline(&row), k));
+            }
+        }
+        Table::Terminal => {
+            let row: TerminalRow = from_bytes("custody_terminal", k, v)?;
+            let st: TerminalState = row.state();
+            let mut key = state_prefix(ListState::of(st)).to_vec();
+            key.extend_from_slice(k);
+            d.keys.push(key);
+        }
+        Table::Escalations => d.counts.push(Counter::Escalated),
+        Table::Reconciliations => {
+            let rec: Reconciliation = from_bytes("reconciliations", k, v)?;
+            if rec.status == AckStatus::Applied {
+                d.counts.push(Counter::LateApplied);
+            }
+        }
+        Table::Principal if k.first() == Some(&b'd') => d.counts.push(Counter::Decisions),
+        _ => {}
+    }
+    Ok(d)
+}
+
+/// The contribution of ledger entry `k` given its row and whether an
+/// intent is recorded for it.
+fn derive_ledger(k: &[u8], ledger: Option<&[u8]>, intent: bool) -> Result<Derived, StoreError> {
+    let mut d = Derived::default();
+    if let Some(v) = ledger {
+        let row: LedgerRow = from_bytes("receiver_ledger", k, v)?;
+        match row.outcome {
+            LedgerOutcome::Deferred if !intent => {
+                d.keys
+                    .push(deadline_key(LEDGER_DEFERRED, row.deadline_at, k));
+            }
+            LedgerOutcome::OutcomeUnknown => d.counts.push(Counter::OutcomeUnknown),
+            _ => {}
+        }
+    }
+    Ok(d)
+}
+
+/// A write transaction that keeps the indexes in step with every write
+/// (see the module docs). Call [`Indexed::finish`] before the commit.
+pub(crate) struct Indexed<'a> {
+    inner: &'a mut dyn Txn,
+    deltas: [i64; 5],
+}
+
+impl<'a> Indexed<'a> {
+    pub(crate) fn new(inner: &'a mut dyn Txn) -> Self {
+        Self {
+            inner,
+            deltas: [0; 5],
+        }
+    }
+
+    fn entity(
+        &mut self,
+        t: Table,
+        k: &[u8],
+        v: Option<&[u8]>,
+    ) -> Result<Option<Derived>, StoreError> {
+        Ok(match t {
+            Table::Pending
+            | Table::Terminal
+            | Table::Escalations
+            | Table::Reconciliations
+            | Table::Principal => Some(match v {
+                Some(v) => derive_row(t, k, v)?,
+                None => Derived::default(),
+            }),
+            Table::Ledger => {
+                let intent = self.inner.get(Table::Intents, k)?.is_some();
+                Some(derive_ledger(k, v, intent)?)
+            }
+            Table::Intents => {
+                let ledger = self.inner.get(Table::Ledger, k)?;
+                Some(derive_ledger(k, ledger.as_deref(), v.is_some())?)
+            }
+            _ => None,
+        })
+    }
+
+    fn moved(&mut self, before: Derived, after: Derived) -> Result<(), StoreError> {
+        if before == after {
+            return Ok(());
+        }
+        for k in &before.keys {
+            if !after.keys.contains(k) {
+                self.inner.del(Table::Index, k)?;
+            }
+        }
+        for k in &after.keys {
+            if !before.keys.contains(k) {
+                self.inner.put(Table::Index, k, &[])?;
+            }
+        }
+        for c in before.counts {
+            self.deltas[c as usize] -= 1;
+        }
+        for c in after.counts {
+            self.deltas[c as usize] += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the counters moved by this transaction.
+    pub(crate) fn finish(self) -> Result<(), StoreError> {
+        for c in Counter::ALL {
+            let delta = self.deltas[c as usize];
+            if delta == 0 {
+                continue;
+            }
+            let now = match self.inner.get(Table::Meta, c.key())? {
+                None => 0,
+                Some(b) => parse_u64_key("meta", &b)?,
+            };
+            let next = now.checked_add_signed(delta).ok_or_else(|| {
+                corrupt(
+                    "meta",
+                    c.key(),
+                    format!("counter {now} moved by {delta} leaves the u64 range"),
+                )
+            })?;
+            self.inner.put(Table::Meta, c.key(), &u64_key(next))?;
+        }
+        Ok(())
+    }
+}
+
+impl Txn for Indexed<'_> {
+    fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(t, k)
+    }
+
+    fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
+        let old = self.inner.get(t, k)?;
+        let before = self.entity(t, k, old.as_deref())?;
+        self.inner.put(t, k, v)?;
+        if let Some(before) = before {
+            let after = self.entity(t, k, Some(v))?.unwrap_or_default();
+            self.moved(before, after)?;
+        }
+        Ok(())
+    }
+
+    fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        let Some(old) = self.inner.get(t, k)? else {
+            return Ok(());
+        };
+        let before = self.entity(t, k, Some(&old))?;
+        self.inner.del(t, k)?;
+        if let Some(before) = before {
+            let after = self.entity(t, k, None)?.unwrap_or_default();
+            self.moved(before, after)?;
+        }
+        Ok(())
+    }
+}
+
+/// The indexes and counters derived from the records of `v` alone, as the
+/// writes that replace whatever the index table and counters hold now.
+pub(crate) struct Rebuild {
+    stale: Deletions,
+    keys: Vec<Vec<u8>>,
+    counts: [u64; 5],
+    /// Rows that did not decode were left out: the indexes stay marked
+    /// stale, so the open after their quarantine derives them again.
+    pub(crate) skipped: bool,
+}
+
+/// A row's contribution, or `None` (and `skipped`) when it does not decode:
+/// a damaged row must not stop the store from opening for repair.
+fn lenient(
+    d: Result<Derived, StoreError>,
+    skipped: &mut bool,
+) -> Result<Option<Derived>, StoreError> {
+    match d {
+        Ok(d) => Ok(Some(d)),
+        Err(StoreError::Corrupt { .. }) => {
+            *skipped = true;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Derives every index entry and counter from the records (a full scan:
+/// only for migration and after a quarantine).
+pub(crate) fn plan_rebuild(v: &dyn View) -> Result<Rebuild, StoreError> {
+    let mut out = Rebuild {
+        stale: Vec::new(),
+        keys: Vec::new(),
+        counts: [0; 5],
+        skipped: false,
+    };
+    v.scan(Table::Index, &[], &mut |k, _| {
+        out.stale.push((Table::Index, k.to_vec()));
+        Ok(true)
+    })?;
+    let add = |d: Derived, out: &mut Rebuild| {
+        out.keys.extend(d.keys);
+        for c in d.counts {
+            out.counts[c as usize] += 1;
+        }
+    };
+    for t in [
+        Table::Pending,
+        Table::Terminal,
+        Table::Escalations,
+        Table::Reconciliations,
+        Table::Principal,
+    ] {
+        let mut rows = Vec::new();
+        let mut skipped = false;
+        v.scan(t, &[], &mut |k, b| {
+            rows.extend(lenient(derive_row(t, k, b), &mut skipped)?);
+            Ok(true)
+        })?;
+        out.skipped |= skipped;
+        for d in rows {
+            add(d, &mut out);
+        }
+    }
+    let mut ledger = Vec::new();
+    v.scan(Table::Ledger, &[], &mut |k, b| {
+        ledger.push((k.to_vec(), b.to_vec()));
+        Ok(true)
+    })?;
+    for (k, b) in ledger {
+        let intent = v.get(Table::Intents, &k)?.is_some();
+        if let Some(d) = lenient(derive_ledger(&k, Some(&b), intent), &mut out.skipped)? {
+            add(d, &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a planned rebuild (on a raw transaction: it replaces the
+/// indexes wholesale).
+pub(crate) fn write_rebuild(txn: &mut dyn Txn, r: &Rebuild) -> Result<(), StoreError> {
+    for (t, k) in &r.stale {
+        txn.del(*t, k)?;
+    }
+    for k in &r.keys {
+        txn.put(Table::Index, k, &[])?;
+    }
+    for c in Counter::ALL {
+        txn.put(Table::Meta, c.key(), &u64_key(r.counts[c as usize]))?;
+    }
+    Ok(())
+}
