@@ -190,6 +190,10 @@ impl Shared {
             .map_or(0, |q| q.queued.load(Ordering::Acquire))
     }
 
+    pub(crate) fn knows(&self, peer: &AgentId) -> bool {
+        self.peers().contains_key(peer)
+    }
+
     pub(crate) fn connections(&self, peer: &AgentId) -> usize {
         self.peers().get(peer).map_or(0, |s| s.links.len())
     }
