@@ -102,10 +102,9 @@ impl JsonClient {
             let _ = tcp.set_nodelay(true);
             match connector {
                 Some(c) => {
-                    let name = rustls::pki_types::ServerName::try_from(
-                        abhyasa_quic::PINNED_SERVER_NAME,
-                    )
-                    .map_err(|e| format!("POST {url}: {e}"))?;
+                    let name =
+                        rustls::pki_types::ServerName::try_from(abhyasa_quic::PINNED_SERVER_NAME)
+                            .map_err(|e| format!("POST {url}: {e}"))?;
                     let tls = c
                         .connect(name, tcp)
                         .await

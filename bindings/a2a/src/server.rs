@@ -112,7 +112,11 @@ async fn card(AxState(s): St) -> Response {
 /// C-A2A-3: the pinned client certificate (mTLS) or the bearer credential
 /// names the agent; AB-3 keys on it. A request carrying both must name the
 /// same agent with both.
-fn authenticate(s: &State, tls: Option<&TlsPeer>, headers: &HeaderMap) -> Result<AgentId, Response> {
+fn authenticate(
+    s: &State,
+    tls: Option<&TlsPeer>,
+    headers: &HeaderMap,
+) -> Result<AgentId, Response> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

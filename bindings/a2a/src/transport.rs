@@ -323,7 +323,12 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
                     agent: p.agent.clone(),
                     fingerprint: fp,
                 });
-                let c = dangerous_pinned_client_tls(identity, &p.agent, fp, vec![b"http/1.1".to_vec()])?;
+                let c = dangerous_pinned_client_tls(
+                    identity,
+                    &p.agent,
+                    fp,
+                    vec![b"http/1.1".to_vec()],
+                )?;
                 client_tls.insert(p.agent.clone(), Arc::new(c));
                 true
             }
@@ -615,7 +620,11 @@ fn answer_or_push(state: &Arc<State>, peer: &AgentId, ack: CustodyAck) {
         // the ack re-sent synchronously.
         for attempt in 0..3u32 {
             let tls = s.peers.get(&p).and_then(|x| x.client_tls.as_ref());
-            match s.client.post(&url, token.as_deref(), body.clone(), tls).await {
+            match s
+                .client
+                .post(&url, token.as_deref(), body.clone(), tls)
+                .await
+            {
                 Ok(r) if (200..300).contains(&r.status) => {
                     s.stats.acks_pushed.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -732,18 +741,19 @@ impl TlsServe {
             let t = this.clone();
             this.registry.spawn(async move {
                 let _ = tcp.set_nodelay(true);
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, t.acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%e, "TLS handshake refused");
-                        return;
-                    }
-                    Err(_) => {
-                        t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                };
+                let tls =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, t.acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%e, "TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => {
+                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    };
                 drop(permit);
                 // The verifier accepted only pinned certificates, so a
                 // presented certificate always names an agent here.
@@ -755,13 +765,15 @@ impl TlsServe {
                     .and_then(|c| t.pins.agent(&Fingerprint::of(c)).cloned())
                     .map(TlsPeer);
                 let app = t.app.clone();
-                let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    if let Some(p) = &peer {
-                        req.extensions_mut().insert(p.clone());
-                    }
-                    let mut app = app.clone();
-                    async move { tower_service::Service::call(&mut app, req).await }
-                });
+                let svc = hyper::service::service_fn(
+                    move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        if let Some(p) = &peer {
+                            req.extensions_mut().insert(p.clone());
+                        }
+                        let mut app = app.clone();
+                        async move { tower_service::Service::call(&mut app, req).await }
+                    },
+                );
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
                 tokio::select! {

@@ -78,7 +78,8 @@ async fn lossy_proxy(upstream: String, seed: u64) -> (String, Arc<ProxyStats>) {
     let client = JsonClient::new(Duration::from_secs(5));
     let st = stats.clone();
     let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-        let (rng, stats, client, upstream) = (rng.clone(), st.clone(), client.clone(), upstream.clone());
+        let (rng, stats, client, upstream) =
+            (rng.clone(), st.clone(), client.clone(), upstream.clone());
         async move {
             let (fate, delay_ms) = {
                 let mut r = rng.lock().unwrap();
@@ -193,7 +194,10 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
     tokio::spawn(async move {
         while let Ok(e) = rx.recv().await {
             if let NodeEvent::Receiver(ReceiverEvent::Applied { obligation_id, .. }) = e {
-                *a.lock().unwrap().entry(obligation_id.to_string()).or_insert(0) += 1;
+                *a.lock()
+                    .unwrap()
+                    .entry(obligation_id.to_string())
+                    .or_insert(0) += 1;
             }
         }
     });
@@ -255,7 +259,10 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
     };
     let mut expect = Vec::new();
     for i in 0..24 {
-        expect.push((ob(format!("ap-{i}"), "bob", None, 12), TerminalState::Applied));
+        expect.push((
+            ob(format!("ap-{i}"), "bob", None, 12),
+            TerminalState::Applied,
+        ));
     }
     for i in 0..8 {
         expect.push((
@@ -309,7 +316,10 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let applied = applied.lock().unwrap().clone();
-    assert!(applied.values().all(|n| *n == 1), "applied twice: {applied:?}");
+    assert!(
+        applied.values().all(|n| *n == 1),
+        "applied twice: {applied:?}"
+    );
     let want_applied = expect
         .iter()
         .filter(|(o, w)| *w == TerminalState::Applied && o.target().as_str() == "bob")

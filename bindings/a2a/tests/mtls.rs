@@ -211,15 +211,32 @@ async fn settle() {
 async fn c_a2a_3_mtls_rejects_no_wrong_and_unpinned_certificates() {
     let (alice, bob) = (ident("alice"), ident("bob"));
     let bob_fp = bob.fingerprint;
-    let r = receiver("bob", bob, vec![peer("alice", Some(alice.fingerprint), None)]).await;
-    assert!(r.server.base_url.starts_with("https://"), "{}", r.server.base_url);
+    let r = receiver(
+        "bob",
+        bob,
+        vec![peer("alice", Some(alice.fingerprint), None)],
+    )
+    .await;
+    assert!(
+        r.server.base_url.starts_with("https://"),
+        "{}",
+        r.server.base_url
+    );
     let url = format!("{}/abhyasa/obligations", r.server.base_url);
     let c = client();
 
     let no_cert = c
-        .post(&url, None, obligation("no-cert", "bob"), Some(&no_cert_tls()))
+        .post(
+            &url,
+            None,
+            obligation("no-cert", "bob"),
+            Some(&no_cert_tls()),
+        )
         .await;
-    assert!(no_cert.is_err() || no_cert.as_ref().unwrap().status == 401, "{no_cert:?}");
+    assert!(
+        no_cert.is_err() || no_cert.as_ref().unwrap().status == 401,
+        "{no_cert:?}"
+    );
     let impostor = ident("alice"); // same name, another key: not the pin
     let wrong = c
         .post(
@@ -251,7 +268,12 @@ async fn c_a2a_3_mtls_rejects_no_wrong_and_unpinned_certificates() {
         )
         .await
         .unwrap();
-    assert_eq!(good.status, 200, "{:?}", String::from_utf8_lossy(&good.body));
+    assert_eq!(
+        good.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&good.body)
+    );
     let ack: Value = serde_json::from_slice(&good.body).unwrap();
     assert_eq!(ack["status"], json!("applied"));
     settle().await;
@@ -270,7 +292,12 @@ async fn c_a2a_3_mtls_rejects_no_wrong_and_unpinned_certificates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_a2a_3_client_refuses_an_unpinned_server() {
     let (alice, bob) = (ident("alice"), ident("bob"));
-    let r = receiver("bob", bob, vec![peer("alice", Some(alice.fingerprint), None)]).await;
+    let r = receiver(
+        "bob",
+        bob,
+        vec![peer("alice", Some(alice.fingerprint), None)],
+    )
+    .await;
     let url = format!("{}/abhyasa/obligations", r.server.base_url);
     let other = ident("bob").fingerprint; // what alice wrongly pinned for bob
     let e = client()
@@ -327,7 +354,12 @@ async fn c_a2a_3_bearer_beside_mtls_and_mixed_identities_refused() {
         )
         .await
         .unwrap();
-    assert_eq!(carol.status, 200, "{:?}", String::from_utf8_lossy(&carol.body));
+    assert_eq!(
+        carol.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&carol.body)
+    );
     let mixed = c
         .post(
             &url,
@@ -394,7 +426,12 @@ async fn plain_http_refused_unless_explicit_and_loopback() {
         Some(HttpError::BadEndpoint { .. })
     ));
     // A peer with no way to authenticate.
-    let c = HttpConfig::mtls("bob", ident("bob"), vec![peer("dave", None, None)], profiles());
+    let c = HttpConfig::mtls(
+        "bob",
+        ident("bob"),
+        vec![peer("dave", None, None)],
+        profiles(),
+    );
     assert!(matches!(
         start(c).await.err(),
         Some(HttpError::NoAuthentication(_))
@@ -486,7 +523,10 @@ async fn node_to_node_over_mtls_applied_and_deferred_then_final() {
     settle().await;
     let applied = bob.applied.lock().unwrap().clone();
     assert_eq!(applied.len(), 2, "{applied:?}");
-    assert!(applied.iter().all(|((c, _), n)| c == "alice" && *n == 1), "{applied:?}");
+    assert!(
+        applied.iter().all(|((c, _), n)| c == "alice" && *n == 1),
+        "{applied:?}"
+    );
     alice.shutdown().await.unwrap();
     bob.node.shutdown().await.unwrap();
 }

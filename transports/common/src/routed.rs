@@ -190,7 +190,8 @@ mod tests {
         assert!(h.knows(&agent("carol")) && !h.knows(&agent("dave")));
 
         h.send(&agent("bob"), &query("alice", "to-bob")).unwrap();
-        h.send(&agent("carol"), &query("alice", "to-carol")).unwrap();
+        h.send(&agent("carol"), &query("alice", "to-carol"))
+            .unwrap();
         let (p, e) = next_frame(&mut bob.incoming).await;
         assert_eq!((p, e), (agent("alice"), query("alice", "to-bob")));
         let (p, e) = next_frame(&mut carol.incoming).await;
