@@ -22,16 +22,28 @@
 //! seed = 0                        # seed of the jitter stream
 //! decline_policy = "apply_safe"   # default: "apply_safe" or "surface"
 //! control_socket = "control.sock" # relative to the node directory
-//! card_endpoint = "https://…"    # advertised in `abhyasa card` (default quic://<listen>)
+//! card_endpoint = "https://…"    # advertised in `abhyasa card` (default: the [http] URLs, else quic://<listen>)
 //! card_deadline_seconds = 300     # advertised custody deadline per kind
 //!
 //! [kind_decline_policy]           # per-kind override of decline_policy
 //! "anumati.consent" = "surface"
 //!
+//! [http]                          # optional: serve the A2A HTTP binding too
+//! listen = "127.0.0.1:7443"       # TCP address (HTTPS, mutual TLS with the node identity)
+//! public_url = "https://…"        # base URL the card advertises (default https://<listen>)
+//! plain_http_loopback = false     # plain HTTP instead of HTTPS: loopback listen only
+//!
 //! [[peers]]
 //! agent = "bob"
 //! fingerprint = "3f…"             # SHA-256 of bob's certificate (hex)
 //! addr = "192.0.2.7:7400"         # optional: omit for accept-only peers
+//!
+//! [[peers]]                       # a peer reached over the HTTP binding
+//! agent = "carol"
+//! fingerprint = "9a…"             # pinned for mTLS, both directions
+//! transport = "http"              # "quic" (default) or "http"; needs [http]
+//! url = "https://192.0.2.8:7443"  # carol's base URL (…/abhyasa/obligations, …/custody_ack)
+//! token = "…"                     # optional: a bearer credential carol may present instead of mTLS
 //! ```
 
 use std::collections::BTreeMap;
@@ -91,8 +103,21 @@ pub(crate) struct NodeConfig {
     pub(crate) card_endpoint: Option<String>,
     #[serde(default = "d_card_deadline")]
     pub(crate) card_deadline_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) http: Option<HttpSection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) peers: Vec<PeerConfig>,
+}
+
+/// The `[http]` section: serve the A2A HTTP binding beside QUIC.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpSection {
+    pub(crate) listen: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) public_url: Option<String>,
+    #[serde(default)]
+    pub(crate) plain_http_loopback: bool,
 }
 
 /// One `[[peers]]` entry.
@@ -103,6 +128,12 @@ pub(crate) struct PeerConfig {
     pub(crate) fingerprint: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) addr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) transport: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
 }
 
 fn d_listen() -> String {
@@ -160,6 +191,20 @@ fn d_card_deadline() -> u64 {
 pub(crate) struct Peer {
     pub(crate) pin: PeerPin,
     pub(crate) addr: Option<SocketAddr>,
+    /// Reached over the HTTP binding at this base URL (no trailing slash)
+    /// instead of QUIC.
+    pub(crate) http_url: Option<String>,
+    /// A bearer credential the peer may present over HTTP instead of mTLS.
+    pub(crate) token: Option<String>,
+}
+
+/// The checked `[http]` section.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpServe {
+    pub(crate) listen: SocketAddr,
+    /// Base URL without a trailing slash.
+    pub(crate) base_url: String,
+    pub(crate) plain_http_loopback: bool,
 }
 
 /// A checked config: every value parsed.
@@ -175,6 +220,7 @@ pub(crate) struct Resolved {
     pub(crate) decline_policy: DeclinePolicy,
     pub(crate) kind_policies: Vec<(Kind, DeclinePolicy)>,
     pub(crate) peers: Vec<Peer>,
+    pub(crate) http: Option<HttpServe>,
 }
 
 impl NodeConfig {
@@ -292,11 +338,94 @@ impl NodeConfig {
                         .map_err(|e| bad(&key("addr"), format!("{a:?}: {e}")))
                 })
                 .transpose()?;
+            let http_url = match p.transport.as_deref() {
+                None | Some("quic") => {
+                    if p.url.is_some() {
+                        return Err(bad(&key("url"), "only for transport = \"http\"".into()));
+                    }
+                    None
+                }
+                Some("http") => {
+                    let url = p.url.as_deref().ok_or_else(|| {
+                        bad(
+                            &key("url"),
+                            "transport = \"http\" needs the peer's base URL".into(),
+                        )
+                    })?;
+                    if !(url.starts_with("https://") || url.starts_with("http://")) {
+                        return Err(bad(
+                            &key("url"),
+                            format!("{url:?} is not an http(s):// URL"),
+                        ));
+                    }
+                    if self.http.is_none() {
+                        return Err(bad(
+                            &key("transport"),
+                            "\"http\" needs an [http] section (this node serves the binding to get acks)".into(),
+                        ));
+                    }
+                    Some(url.trim_end_matches('/').to_string())
+                }
+                Some(other) => {
+                    return Err(bad(
+                        &key("transport"),
+                        format!("{other:?} is not a transport (quic | http)"),
+                    ))
+                }
+            };
+            if p.token.is_some() && http_url.is_none() {
+                return Err(bad(&key("token"), "only for transport = \"http\"".into()));
+            }
+            if http_url.is_some() && p.addr.is_some() {
+                return Err(bad(
+                    &key("addr"),
+                    "a QUIC address on an http peer; use url".into(),
+                ));
+            }
             peers.push(Peer {
                 pin: PeerPin { agent, fingerprint },
                 addr,
+                http_url,
+                token: p.token.clone(),
             });
         }
+        let http = match &self.http {
+            None => None,
+            Some(h) => {
+                let listen: SocketAddr = h
+                    .listen
+                    .parse()
+                    .map_err(|e| bad("http.listen", format!("{:?}: {e}", h.listen)))?;
+                if h.plain_http_loopback && !listen.ip().is_loopback() {
+                    return Err(bad(
+                        "http.plain_http_loopback",
+                        format!("plain HTTP is served only on loopback, not {listen}"),
+                    ));
+                }
+                let scheme = if h.plain_http_loopback {
+                    "http"
+                } else {
+                    "https"
+                };
+                let base_url = h
+                    .public_url
+                    .clone()
+                    .unwrap_or_else(|| format!("{scheme}://{listen}"))
+                    .trim_end_matches('/')
+                    .to_string();
+                if !base_url.starts_with(&format!("{scheme}://")) {
+                    return Err(bad(
+                        "http.public_url",
+                        format!("{base_url:?} must be a {scheme}:// URL"),
+                    ));
+                }
+                Some(HttpServe {
+                    listen,
+                    base_url,
+                    plain_http_loopback: h.plain_http_loopback,
+                })
+            }
+        };
         Ok(Resolved {
             agent,
             listen,
@@ -311,6 +440,7 @@ impl NodeConfig {
             decline_policy,
             kind_policies,
             peers,
+            http,
             raw: self,
         })
     }
@@ -347,12 +477,49 @@ impl Resolved {
         o.receiver.ledger_quota = self.raw.ledger_quota;
     }
 
-    /// The endpoint advertised in the AgentCard.
-    pub(crate) fn endpoint(&self) -> String {
-        self.raw
-            .card_endpoint
-            .clone()
-            .unwrap_or_else(|| format!("quic://{}", self.listen))
+    /// The kind profiles the card advertises (and the HTTP binding serves):
+    /// every standard kind, with `card_deadline_seconds` and the node's
+    /// backoff. v1 advertises whole-second caps: `kind_profile` sizes
+    /// `max_retries` for the cap as advertised (and the real one), so the
+    /// card passes its own AB-2 check even for a cap like 1.5 s.
+    pub(crate) fn card_profiles(
+        &self,
+        obligation_endpoint: &str,
+    ) -> Result<Vec<abhyasa_core::KindProfile>, String> {
+        let mut kinds = Vec::new();
+        for k in abhyasa_core::polarity::PolarityRegistry::standard().kinds() {
+            let kind = Kind::new(&k).map_err(|e| format!("kind {k}: {e}"))?;
+            let p = abhyasa_a2a::card::kind_profile(
+                kind,
+                obligation_endpoint,
+                self.raw.card_deadline_seconds,
+                &self.backoff,
+            )
+            .map_err(|e| format!("kind profile for {k}: {e}"))?;
+            kinds.push(p);
+        }
+        Ok(kinds)
+    }
+
+    /// The card's `(custody_ack_endpoint, obligation_endpoint)`: the
+    /// configured `card_endpoint` for both; else, when the node serves the
+    /// HTTP binding, its `/abhyasa/custody_ack` and `/abhyasa/obligations`
+    /// URLs (the card tells the truth: an A2A peer can use them); else the
+    /// QUIC address.
+    pub(crate) fn card_endpoints(&self) -> (String, String) {
+        if let Some(e) = &self.raw.card_endpoint {
+            return (e.clone(), e.clone());
+        }
+        match &self.http {
+            Some(h) => (
+                format!("{}/abhyasa/custody_ack", h.base_url),
+                format!("{}/abhyasa/obligations", h.base_url),
+            ),
+            None => {
+                let q = format!("quic://{}", self.listen);
+                (q.clone(), q)
+            }
+        }
     }
 }
 
@@ -382,5 +549,47 @@ mod tests {
             .resolve(dir)
             .expect_err("bad store");
         assert!(e.contains("`store`"), "{e}");
+    }
+
+    #[test]
+    fn http_section_and_http_peers() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/tmp");
+        let fp = "0".repeat(64);
+        let load = |extra: &str| {
+            NodeConfig::parse(
+                &format!("agent = \"a\"\nlisten = \"127.0.0.1:7400\"\n{extra}"),
+                p,
+            )
+            .and_then(|c| c.resolve(dir))
+        };
+        let c = load("").expect("no http");
+        assert!(c.http.is_none());
+        assert_eq!(c.card_endpoints().0, "quic://127.0.0.1:7400");
+        let c = load(&format!(
+            "[http]\nlisten = \"127.0.0.1:7443\"\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://127.0.0.1:9/\"\n"
+        ))
+        .expect("http peer");
+        assert_eq!(
+            c.card_endpoints(),
+            (
+                "https://127.0.0.1:7443/abhyasa/custody_ack".to_string(),
+                "https://127.0.0.1:7443/abhyasa/obligations".to_string()
+            )
+        );
+        assert_eq!(c.peers[0].http_url.as_deref(), Some("https://127.0.0.1:9"));
+        // Each mistake names its key.
+        for (extra, key) in [
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://x\"\n"), "peers[0].transport"),
+            (format!("[http]\nlisten = \"127.0.0.1:1\"\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\n"), "peers[0].url"),
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"smtp\"\n"), "peers[0].transport"),
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\nurl = \"https://x\"\n"), "peers[0].url"),
+            ("[http]\nlisten = \"0.0.0.0:1\"\nplain_http_loopback = true\n".to_string(), "http.plain_http_loopback"),
+            ("[http]\nlisten = \"127.0.0.1:1\"\npublic_url = \"http://x\"\n".to_string(), "http.public_url"),
+            ("[http]\nlisten = \"nowhere\"\n".to_string(), "http.listen"),
+        ] {
+            let e = load(&extra).expect_err(&extra);
+            assert!(e.contains(&format!("`{key}`")), "{extra}: {e}");
+        }
     }
 }

@@ -33,3 +33,55 @@ fn card_with_fractional_backoff_cap_is_coherent() {
         }
     }
 }
+
+// Issue 12, the card tells the truth: when the node serves the HTTP
+// binding (`[http]`), the card advertises its https custody_ack_endpoint
+// and obligation_endpoints, not the quic:// address (C-A2A-1).
+#[test]
+fn card_advertises_the_http_binding_when_served() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("n");
+    let quic = free_port();
+    init(&dir, "dana", quic);
+    let d = dir.to_str().expect("utf-8");
+    let card = json(&["card", "--dir", d]);
+    assert_eq!(
+        card["params"]["custody_ack_endpoint"],
+        format!("quic://127.0.0.1:{quic}")
+    );
+    let http = free_port();
+    process::pin(&dir, &format!("[http]\nlisten = \"127.0.0.1:{http}\"\n"));
+    let card = json(&["card", "--dir", d]);
+    let base = format!("https://127.0.0.1:{http}");
+    assert_eq!(
+        card["params"]["custody_ack_endpoint"],
+        format!("{base}/abhyasa/custody_ack"),
+        "{card}"
+    );
+    let kinds = card["params"]["supported_kinds"].as_array().expect("kinds");
+    assert!(!kinds.is_empty());
+    for k in kinds {
+        assert_eq!(
+            k["obligation_endpoint"],
+            format!("{base}/abhyasa/obligations"),
+            "{k}"
+        );
+    }
+    // A public URL (behind a proxy or a DNS name) is what gets advertised.
+    let text = std::fs::read_to_string(dir.join("config.toml")).expect("config");
+    std::fs::write(
+        dir.join("config.toml"),
+        text.replace(
+            &format!("listen = \"127.0.0.1:{http}\"\n"),
+            &format!(
+                "listen = \"127.0.0.1:{http}\"\npublic_url = \"https://dana.example:8443/\"\n"
+            ),
+        ),
+    )
+    .expect("config written");
+    let card = json(&["card", "--dir", d]);
+    assert_eq!(
+        card["params"]["custody_ack_endpoint"],
+        "https://dana.example:8443/abhyasa/custody_ack"
+    );
+}

@@ -87,7 +87,8 @@ async fn main() -> Result<(), BoxError> {
         agent.to_string(),
         vec![HttpPeer {
             agent: peer,
-            token,
+            token: Some(token),
+            fingerprint: None,
             custody_ack_endpoint: arg(&args, "--ack-endpoint"),
             obligation_endpoint: None,
             outbound_token: None,

@@ -13,13 +13,15 @@
 //! * [`transport`]: the HTTP binding (axum) as a node transport: the card,
 //!   JSON-RPC, HTTP+JSON `POST /message:send`, and the v1 endpoints
 //!   `POST /abhyasa/obligations` / `POST /abhyasa/custody_ack`, every
-//!   request bound to a peer by its bearer credential (C-A2A-3). Feature
+//!   request bound to a peer by its pinned client certificate (mutual
+//!   TLS, the node identities QUIC uses) or its bearer credential
+//!   (C-A2A-3); [`client`] is the pinned HTTPS client it POSTs with. Feature
 //!   `http` (default); without it only the card and message types build.
 #![forbid(unsafe_code)]
 
 pub mod card;
 #[cfg(feature = "http")]
-mod client;
+pub mod client;
 pub mod message;
 #[cfg(feature = "http")]
 mod server;

@@ -1,8 +1,9 @@
 //! The axum routes: the card, JSON-RPC `SendMessage`, HTTP+JSON
 //! `POST /message:send`, and the v1 extension endpoints.
 //!
-//! Every route but the card authenticates first (C-A2A-3): no valid
-//! per-peer bearer credential, 401 and nothing read or accepted. Bodies are
+//! Every route but the card authenticates first (C-A2A-3): no pinned client
+//! certificate and no valid per-peer bearer credential, 401 and nothing
+//! read or accepted. Bodies are
 //! read with a size limit; every error is a JSON body naming the field.
 
 // Early returns here are the HTTP error responses themselves, built at most
@@ -19,7 +20,7 @@ use axum::extract::State as AxState;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use serde_json::{json, Value};
 
 use crate::card::EXTENSION_URI;
@@ -27,7 +28,7 @@ use crate::message::{
     reply_message, requested_extensions, send_message_result, A2aVersion, RpcError, RpcRequest,
     SendMessage,
 };
-use crate::transport::{Answer, State, SubmitError};
+use crate::transport::{Answer, State, SubmitError, TlsPeer};
 
 type St = AxState<Arc<State>>;
 
@@ -108,8 +109,14 @@ async fn card(AxState(s): St) -> Response {
         .into_response()
 }
 
-/// C-A2A-3: the bearer credential names the agent; AB-3 keys on it.
-fn authenticate(s: &State, headers: &HeaderMap) -> Result<AgentId, Response> {
+/// C-A2A-3: the pinned client certificate (mTLS) or the bearer credential
+/// names the agent; AB-3 keys on it. A request carrying both must name the
+/// same agent with both.
+fn authenticate(
+    s: &State,
+    tls: Option<&TlsPeer>,
+    headers: &HeaderMap,
+) -> Result<AgentId, Response> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -117,7 +124,13 @@ fn authenticate(s: &State, headers: &HeaderMap) -> Result<AgentId, Response> {
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    match token.and_then(|t| s.tokens.get(t)) {
+    let bearer = token.and_then(|t| s.tokens.get(t));
+    let who = match (tls, bearer) {
+        (Some(TlsPeer(cert)), Some(b)) if cert != b => None,
+        (Some(TlsPeer(cert)), _) => Some(cert),
+        (None, b) => b,
+    };
+    match who {
         Some(agent) => Ok(agent.clone()),
         None => {
             s.stats.unauthenticated.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +138,7 @@ fn authenticate(s: &State, headers: &HeaderMap) -> Result<AgentId, Response> {
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",
                 Some("authorization"),
-                "a per-peer bearer credential is required (see the card's securitySchemes)",
+                "a pinned client certificate (mTLS) or a per-peer bearer credential is required (see the card's securitySchemes); both, if given, must name the same agent",
             );
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -278,10 +291,15 @@ fn refused(e: &abhyasa_core::wire::ProtocolError) -> Response {
 
 /// `POST /abhyasa/obligations` (v1 SPEC): 200 + final ack, 202 + deferred
 /// ack (the final one is POSTed to the custodian later), or 202 pending.
-async fn obligations(AxState(s): St, headers: HeaderMap, body: Body) -> Response {
+async fn obligations(
+    AxState(s): St,
+    tls: Option<Extension<TlsPeer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let active = activated(&headers);
     let r = async {
-        let peer = authenticate(&s, &headers)?;
+        let peer = authenticate(&s, tls.as_ref().map(|e| &e.0), &headers)?;
         json_content(&headers)?;
         let bytes = read_body(&s, body).await?;
         let ob = Obligation::from_json(&bytes).map_err(|e| peer_error(&e))?;
@@ -319,10 +337,15 @@ async fn obligations(AxState(s): St, headers: HeaderMap, body: Body) -> Response
 /// to the node as an ack frame from the authenticated peer (which binds
 /// it: an ack naming another receiver or digest never discharges custody,
 /// C-TR-2). 204 means received, not that it discharged anything.
-async fn custody_ack(AxState(s): St, headers: HeaderMap, body: Body) -> Response {
+async fn custody_ack(
+    AxState(s): St,
+    tls: Option<Extension<TlsPeer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let active = activated(&headers);
     let r = async {
-        let peer = authenticate(&s, &headers)?;
+        let peer = authenticate(&s, tls.as_ref().map(|e| &e.0), &headers)?;
         json_content(&headers)?;
         let bytes = read_body(&s, body).await?;
         let ack = CustodyAck::from_json(&bytes).map_err(|e| match &e {
@@ -402,10 +425,15 @@ fn rpc_answer(id: Value, r: Result<Value, RpcError>) -> Response {
 
 /// JSON-RPC 2.0 at the interface URL: `SendMessage` (1.0) and
 /// `message/send` (0.3).
-async fn jsonrpc(AxState(s): St, headers: HeaderMap, body: Body) -> Response {
+async fn jsonrpc(
+    AxState(s): St,
+    tls: Option<Extension<TlsPeer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let active = activated(&headers);
     let r = async {
-        let peer = authenticate(&s, &headers)?;
+        let peer = authenticate(&s, tls.as_ref().map(|e| &e.0), &headers)?;
         let bytes = read_body(&s, body).await?;
         let req = match RpcRequest::parse(&bytes) {
             Ok(r) => r,
@@ -434,14 +462,19 @@ async fn jsonrpc(AxState(s): St, headers: HeaderMap, body: Body) -> Response {
 
 /// HTTP+JSON binding: `POST /message:send` with a `SendMessageRequest`
 /// body, answered `application/a2a+json`.
-async fn rest_send(AxState(s): St, headers: HeaderMap, body: Body) -> Response {
+async fn rest_send(
+    AxState(s): St,
+    tls: Option<Extension<TlsPeer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let active = activated(&headers);
     let rest_err = |e: RpcError| {
         let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
         (status, a2a_json(e.to_rest_json())).into_response()
     };
     let r = async {
-        let peer = authenticate(&s, &headers)?;
+        let peer = authenticate(&s, tls.as_ref().map(|e| &e.0), &headers)?;
         json_content(&headers)?;
         // The REST binding answers the 1.0 shape; the header is still checked.
         version(&headers).map_err(rest_err)?;

@@ -18,6 +18,17 @@
 //!   back as an ack frame from that peer; a `202` leaves the final ack to
 //!   the peer's later POST to our `/abhyasa/custody_ack`.
 //!
+//! Who is asking (C-A2A-3): with [`HttpConfig::tls`] set the binding
+//! serves HTTPS and authenticates node peers by mutual TLS: a client
+//! certificate must be one pinned in [`HttpPeer::fingerprint`] (the same
+//! self-signed node identities and pins as QUIC), and every request on
+//! that connection is bound to that agent id. A2A clients that cannot do
+//! mTLS present a per-peer bearer credential instead ([`HttpPeer::token`]).
+//! Our own POSTs to `https://` endpoints present our certificate and
+//! accept only the peer's pinned one. Plain HTTP is served (and spoken)
+//! only when [`HttpConfig::plain_http_loopback`] is set, and only on
+//! loopback; anything else is refused at start with a typed error.
+//!
 //! The binding never acks anything itself: every ack is the node's, sent
 //! only after its records are durable (write-ahead).
 
@@ -37,6 +48,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::card::{agent_card, AbhyasaServiceRef, AgentCard, ServiceRefError};
 use crate::client::{check_endpoint, JsonClient};
+use abhyasa_quic::{
+    dangerous_pinned_client_tls, pinned_server_tls, Fingerprint, Identity, PeerPin, PinError,
+    PinSet, TlsError,
+};
 
 /// One peer of the HTTP binding: who it is, how it proves it, and where
 /// its endpoints are.
@@ -46,8 +61,13 @@ pub struct HttpPeer {
     /// everything this peer's credential sends.
     pub agent: AgentId,
     /// The bearer credential the peer presents to us (declared in the
-    /// card's security schemes). Unique per peer.
-    pub token: String,
+    /// card's security schemes), for A2A clients that cannot do mTLS.
+    /// Unique per peer. `None`: only its pinned certificate authenticates it.
+    pub token: Option<String>,
+    /// SHA-256 fingerprint of the peer's node certificate: with
+    /// [`HttpConfig::tls`], a client presenting it is this peer (mTLS), and
+    /// our POSTs to its `https://` endpoints accept only it.
+    pub fingerprint: Option<Fingerprint>,
     /// Where this peer, as custodian, receives asynchronous final acks.
     pub custody_ack_endpoint: Option<String>,
     /// Where we POST obligations for this peer (we as custodian).
@@ -61,6 +81,7 @@ impl std::fmt::Debug for HttpPeer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpPeer")
             .field("agent", &self.agent)
+            .field("fingerprint", &self.fingerprint)
             .field("custody_ack_endpoint", &self.custody_ack_endpoint)
             .field("obligation_endpoint", &self.obligation_endpoint)
             .finish_non_exhaustive()
@@ -75,9 +96,13 @@ pub struct HttpConfig {
     /// Base URL advertised in the card (no trailing slash); default
     /// `http://<bound address>`.
     pub public_url: Option<String>,
-    /// Serve plain HTTP. Only allowed on a loopback address, and only when
-    /// set: this build has no TLS server (mTLS is future work), so the
-    /// binding refuses to start otherwise.
+    /// This node's identity (key + self-signed certificate, the one QUIC
+    /// uses): serve HTTPS with mutual TLS against the peers' pinned
+    /// fingerprints, and present it on our POSTs to `https://` endpoints.
+    pub tls: Option<Identity>,
+    /// Serve plain HTTP when `tls` is `None`, and allow `http://` peer
+    /// endpoints. Only on a loopback address and only when set explicitly;
+    /// the binding refuses to start otherwise.
     pub plain_http_loopback: bool,
     /// The peers and their credentials.
     pub peers: Vec<HttpPeer>,
@@ -114,6 +139,7 @@ impl HttpConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_url: None,
+            tls: None,
             plain_http_loopback: true,
             peers,
             profiles,
@@ -128,17 +154,47 @@ impl HttpConfig {
     }
 }
 
+impl HttpConfig {
+    /// Defaults for a loopback HTTPS server with mutual TLS under
+    /// `identity` (plain HTTP off).
+    pub fn mtls(
+        name: impl Into<String>,
+        identity: Identity,
+        peers: Vec<HttpPeer>,
+        profiles: Vec<KindProfile>,
+    ) -> Self {
+        let mut c = Self::loopback(name, peers, profiles);
+        c.tls = Some(identity);
+        c.plain_http_loopback = false;
+        c
+    }
+}
+
+/// How long a client has to finish the TLS handshake (pre-auth bound,
+/// C-ND-5).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why the binding did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpError {
-    /// Plain HTTP was not explicitly allowed, or the address is not
-    /// loopback (no TLS server in this build).
-    #[error("refusing plain HTTP on {0}: set plain_http_loopback and bind a loopback address (TLS/mTLS is not built yet)")]
+    /// No TLS identity, and plain HTTP was not explicitly allowed or the
+    /// address is not loopback.
+    #[error("refusing plain HTTP on {0}: configure a TLS identity (mTLS), or set plain_http_loopback and bind a loopback address")]
     PlainHttpNotAllowed(SocketAddr),
     /// Two peers share a credential, or a credential is empty.
     #[error("peer {0}: bearer credential must be non-empty and unique per peer")]
     BadCredential(AgentId),
+    /// A peer has no way to authenticate: no bearer credential, and no
+    /// pinned fingerprint (or no TLS identity to check it with).
+    #[error("peer {0}: needs a bearer credential or a pinned certificate fingerprint with TLS on")]
+    NoAuthentication(AgentId),
+    /// The pinned fingerprints cannot be right (a duplicate, or our own id).
+    #[error("pins: {0}")]
+    Pins(#[from] PinError),
+    /// Our identity could not be turned into a TLS configuration.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// A peer endpoint is not usable.
     #[error("peer {peer}: endpoint {url}: {reason}")]
     BadEndpoint {
@@ -195,10 +251,16 @@ pub struct HttpStats {
     pub obligations_posted: AtomicU64,
     /// Requests refused 503 because `max_inflight` were being served.
     pub overloaded: AtomicU64,
+    /// TLS connections refused: unpinned or wrong client certificate, a
+    /// failed or timed-out handshake, or too many handshakes at once.
+    pub tls_refused: AtomicU64,
 }
 
 pub(crate) struct PeerSide {
     pub(crate) config: HttpPeer,
+    /// The pinned client configuration for this peer's `https://`
+    /// endpoints.
+    client_tls: Option<Arc<rustls::ClientConfig>>,
     pub(crate) sink: tokio::sync::Mutex<InboundSink>,
 }
 
@@ -242,25 +304,67 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Starts the HTTP binding for `local`: binds, builds the card, attaches
 /// one link per peer and serves until the transport shuts down.
 pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpServer), HttpError> {
-    if !(cfg.plain_http_loopback && cfg.listen.ip().is_loopback()) {
+    let plain = cfg.plain_http_loopback && cfg.listen.ip().is_loopback();
+    if cfg.tls.is_none() && !plain {
         return Err(HttpError::PlainHttpNotAllowed(cfg.listen));
     }
     let mut tokens = HashMap::new();
+    let mut pins = Vec::new();
+    let mut client_tls = HashMap::new();
     for p in &cfg.peers {
-        if p.token.is_empty() || tokens.insert(p.token.clone(), p.agent.clone()).is_some() {
-            return Err(HttpError::BadCredential(p.agent.clone()));
+        if let Some(t) = &p.token {
+            if t.is_empty() || tokens.insert(t.clone(), p.agent.clone()).is_some() {
+                return Err(HttpError::BadCredential(p.agent.clone()));
+            }
+        }
+        let pinned = match (&cfg.tls, p.fingerprint) {
+            (Some(identity), Some(fp)) => {
+                pins.push(PeerPin {
+                    agent: p.agent.clone(),
+                    fingerprint: fp,
+                });
+                let c = dangerous_pinned_client_tls(
+                    identity,
+                    &p.agent,
+                    fp,
+                    vec![b"http/1.1".to_vec()],
+                )?;
+                client_tls.insert(p.agent.clone(), Arc::new(c));
+                true
+            }
+            _ => false,
+        };
+        if p.token.is_none() && !pinned {
+            return Err(HttpError::NoAuthentication(p.agent.clone()));
         }
         for url in [&p.custody_ack_endpoint, &p.obligation_endpoint]
             .into_iter()
             .flatten()
         {
-            check_endpoint(url).map_err(|reason| HttpError::BadEndpoint {
+            check_endpoint(url, pinned, plain).map_err(|reason| HttpError::BadEndpoint {
                 peer: p.agent.clone(),
                 url: url.clone(),
                 reason,
             })?;
         }
     }
+    let pins = Arc::new(PinSet::new(&local, &pins)?);
+    // Client certificates are mandatory unless some peer authenticates by
+    // bearer credential; a certificate that is presented must be pinned
+    // either way (C-A2A-3).
+    let acceptor = match &cfg.tls {
+        Some(identity) => {
+            let mandatory = tokens.is_empty();
+            let tls = pinned_server_tls(
+                identity,
+                pins.clone(),
+                mandatory,
+                vec![b"http/1.1".to_vec()],
+            )?;
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls)))
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| HttpError::Bind {
@@ -274,7 +378,10 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
     let base_url = cfg
         .public_url
         .clone()
-        .unwrap_or_else(|| format!("http://{addr}"))
+        .unwrap_or_else(|| match acceptor {
+            Some(_) => format!("https://{addr}"),
+            None => format!("http://{addr}"),
+        })
         .trim_end_matches('/')
         .to_string();
     let profiles = cfg
@@ -306,6 +413,7 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
             p.agent.clone(),
             PeerSide {
                 config: p.clone(),
+                client_tls: client_tls.remove(&p.agent),
                 sink: tokio::sync::Mutex::new(link.inbound),
             },
         );
@@ -331,15 +439,31 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
     for (peer, rx, guard) in outbound {
         registry.spawn(outbound_loop(state.clone(), peer, rx, guard, stop.clone()));
     }
-    let app = crate::server::router(state);
-    registry.spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::warn!(%e, "A2A HTTP server stopped");
+    let app = crate::server::router(state.clone());
+    match acceptor {
+        None => {
+            registry.spawn(async move {
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await;
+                if let Err(e) = served {
+                    tracing::warn!(%e, "A2A HTTP server stopped");
+                }
+            });
         }
-    });
+        Some(acceptor) => {
+            let tls = TlsServe {
+                acceptor,
+                pins,
+                app,
+                stats: stats.clone(),
+                handshakes: Arc::new(tokio::sync::Semaphore::new(cfg.max_inflight.max(1))),
+                registry: registry.clone(),
+                stop,
+            };
+            registry.spawn(tls.run(listener));
+        }
+    }
     Ok((
         transport,
         HttpServer {
@@ -495,7 +619,12 @@ fn answer_or_push(state: &Arc<State>, peer: &AgentId, ack: CustodyAck) {
         // A few attempts; after that the custodian's own retry (AB-2) gets
         // the ack re-sent synchronously.
         for attempt in 0..3u32 {
-            match s.client.post(&url, token.as_deref(), body.clone()).await {
+            let tls = s.peers.get(&p).and_then(|x| x.client_tls.as_ref());
+            match s
+                .client
+                .post(&url, token.as_deref(), body.clone(), tls)
+                .await
+            {
                 Ok(r) if (200..300).contains(&r.status) => {
                     s.stats.acks_pushed.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -524,7 +653,12 @@ async fn post_obligation(state: &State, peer: &AgentId, ob: Obligation) {
         .fetch_add(1, Ordering::Relaxed);
     let reply = match state
         .client
-        .post(url, side.config.outbound_token.as_deref(), ob.to_json())
+        .post(
+            url,
+            side.config.outbound_token.as_deref(),
+            ob.to_json(),
+            side.client_tls.as_ref(),
+        )
         .await
     {
         Ok(r) => r,
@@ -562,5 +696,95 @@ async fn post_obligation(state: &State, peer: &AgentId, ob: Obligation) {
             }
         }
         s => tracing::debug!(%peer, status = s, "obligation POST refused; custody retries"),
+    }
+}
+
+/// The agent a connection's pinned client certificate proved (mTLS); the
+/// routes bind every request on that connection to it (C-A2A-3).
+#[derive(Clone, Debug)]
+pub(crate) struct TlsPeer(pub(crate) AgentId);
+
+/// The HTTPS accept loop: TLS handshake with the pinned verifier (bounded
+/// in time and in number), then HTTP/1.1 with the authenticated agent
+/// attached to every request.
+struct TlsServe {
+    acceptor: tokio_rustls::TlsAcceptor,
+    pins: Arc<PinSet>,
+    app: axum::Router,
+    stats: Arc<HttpStats>,
+    handshakes: Arc<tokio::sync::Semaphore>,
+    registry: Registry,
+    stop: CancellationToken,
+}
+
+impl TlsServe {
+    async fn run(self, listener: tokio::net::TcpListener) {
+        let this = Arc::new(self);
+        loop {
+            let tcp = tokio::select! {
+                _ = this.stop.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        tracing::debug!(%e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+            };
+            // Pre-auth bound (C-ND-5): a flood of half-open handshakes
+            // cannot make us hold more than `max_inflight` of them.
+            let Ok(permit) = this.handshakes.clone().try_acquire_owned() else {
+                this.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let t = this.clone();
+            this.registry.spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let tls =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, t.acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%e, "TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => {
+                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    };
+                drop(permit);
+                // The verifier accepted only pinned certificates, so a
+                // presented certificate always names an agent here.
+                let peer = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| t.pins.agent(&Fingerprint::of(c)).cloned())
+                    .map(TlsPeer);
+                let app = t.app.clone();
+                let svc = hyper::service::service_fn(
+                    move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        if let Some(p) = &peer {
+                            req.extensions_mut().insert(p.clone());
+                        }
+                        let mut app = app.clone();
+                        async move { tower_service::Service::call(&mut app, req).await }
+                    },
+                );
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                tokio::select! {
+                    r = conn => {
+                        if let Err(e) = r {
+                            tracing::debug!(%e, "HTTPS connection ended");
+                        }
+                    }
+                    _ = t.stop.cancelled() => {}
+                }
+            });
+        }
     }
 }

@@ -111,7 +111,8 @@ async fn receiver(peers: Vec<HttpPeer>, port: u16) -> Receiver {
 fn alice_peer(ack: Option<String>) -> HttpPeer {
     HttpPeer {
         agent: agent("alice"),
-        token: "alice-secret".into(),
+        token: Some("alice-secret".into()),
+        fingerprint: None,
         custody_ack_endpoint: ack,
         obligation_endpoint: None,
         outbound_token: Some("bob-to-alice".into()),
@@ -565,7 +566,8 @@ async fn custodian_node_over_http_applied_and_deferred_then_final() {
     let bob = receiver(
         vec![HttpPeer {
             agent: agent("alice"),
-            token: "alice-secret".into(),
+            token: Some("alice-secret".into()),
+            fingerprint: None,
             custody_ack_endpoint: Some(format!("{a_url}/abhyasa/custody_ack")),
             obligation_endpoint: None,
             outbound_token: Some("bob-secret".into()),
@@ -577,7 +579,8 @@ async fn custodian_node_over_http_applied_and_deferred_then_final() {
         "alice",
         vec![HttpPeer {
             agent: agent("bob"),
-            token: "bob-secret".into(),
+            token: Some("bob-secret".into()),
+            fingerprint: None,
             custody_ack_endpoint: None,
             obligation_endpoint: Some(format!("{b_url}/abhyasa/obligations")),
             outbound_token: Some("alice-secret".into()),
@@ -755,7 +758,8 @@ async fn c_tr_1_http_lossy_hop_delivers_or_reports() {
     let bob = receiver(
         vec![HttpPeer {
             agent: agent("alice"),
-            token: "alice-secret".into(),
+            token: Some("alice-secret".into()),
+            fingerprint: None,
             custody_ack_endpoint: Some(format!("{a_url}/abhyasa/custody_ack")),
             obligation_endpoint: None,
             outbound_token: Some("bob-secret".into()),
@@ -768,7 +772,8 @@ async fn c_tr_1_http_lossy_hop_delivers_or_reports() {
         "alice",
         vec![HttpPeer {
             agent: agent("bob"),
-            token: "bob-secret".into(),
+            token: Some("bob-secret".into()),
+            fingerprint: None,
             custody_ack_endpoint: None,
             obligation_endpoint: Some(format!("{hop}/abhyasa/obligations")),
             outbound_token: Some("alice-secret".into()),

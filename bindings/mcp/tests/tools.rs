@@ -78,6 +78,10 @@ fn grant() -> Value {
     g
 }
 
+// C-MCP-3 (Rust side): rmcp 3.11's official client in both eras, the
+// `initialize` handshake and 2026-07-28 `server/discover`, against the
+// server `abhyasa mcp` runs (in process, over a duplex stream). The stdio
+// process itself is driven by the Python SDK in run_clients.sh.
 #[tokio::test]
 async fn c_mcp_2_tools_list_in_both_lifecycles() {
     for mode in [legacy(), discover()] {

@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use abhyasa::clock::{Clock, SystemClock};
-use abhyasa_core::{min_retries_to_span, Backoff, Kind};
+use abhyasa_core::{min_retries_to_span, Backoff};
 use serde_json::{json, Value};
 
 use crate::config::NodeConfig;
@@ -523,19 +523,10 @@ pub(crate) struct CardArgs {
 pub(crate) fn card(a: CardArgs) -> Result<(), String> {
     let _ = a.json;
     let cfg = NodeConfig::load(&a.dir)?;
-    let endpoint = cfg.endpoint();
-    let deadline = cfg.raw.card_deadline_seconds;
-    // v1 advertises whole-second caps: `kind_profile` sizes max_retries for
-    // the cap as advertised (and the real one), so the card passes its own
-    // AB-2 check even for a cap like 1.5 s.
-    let mut kinds = Vec::new();
-    for k in abhyasa_core::polarity::PolarityRegistry::standard().kinds() {
-        let kind = Kind::new(&k).map_err(|e| format!("kind {k}: {e}"))?;
-        let p = abhyasa_a2a::card::kind_profile(kind, endpoint.clone(), deadline, &cfg.backoff)
-            .map_err(|e| format!("kind profile for {k}: {e}"))?;
-        kinds.push(p);
-    }
-    let service = abhyasa_a2a::AbhyasaServiceRef::new(endpoint, kinds)
+    // The HTTP binding's URLs when the node serves it (issue 12).
+    let (ack_endpoint, obligation_endpoint) = cfg.card_endpoints();
+    let kinds = cfg.card_profiles(&obligation_endpoint)?;
+    let service = abhyasa_a2a::AbhyasaServiceRef::new(ack_endpoint, kinds)
         .map_err(|e| format!("agent card: {e}"))?;
     let entry = service.to_extension(format!(
         "Abhyasa custody (deliver-or-report) for governance obligations; agent {}",

@@ -8,7 +8,9 @@ use abhyasa_core::store::StoreError;
 use abhyasa_quic::{Identity, QuicConfig};
 use abhyasa_store::StoreOptions;
 
-use crate::config::NodeConfig;
+use abhyasa_a2a::{HttpConfig, HttpPeer};
+
+use crate::config::{HttpServe, NodeConfig, Resolved};
 use crate::control;
 
 /// `abhyasa node …`.
@@ -89,14 +91,27 @@ async fn serve(a: RunArgs) -> Result<(), String> {
         .open(&cfg.store_path, &StoreOptions::default())
         .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?;
 
-    let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity, cfg.listen);
-    for p in &cfg.peers {
+    // QUIC for the peers it pins; the HTTP binding (when `[http]` is set)
+    // for `transport = "http"` peers, both routed by peer as one transport.
+    let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity.clone(), cfg.listen);
+    for p in cfg.peers.iter().filter(|p| p.http_url.is_none()) {
         qcfg = qcfg.with_peer(p.pin.clone(), p.addr);
     }
-    let transport = abhyasa_quic::start(qcfg)
+    let quic = abhyasa_quic::start(qcfg)
         .await
         .map_err(|e| format!("QUIC transport on {}: {e}", cfg.listen))?;
-    let listen = transport.handle.local_addr();
+    let listen = quic.handle.local_addr();
+    let transport = match &cfg.http {
+        None => quic,
+        Some(h) => {
+            let http = start_http(&cfg, h, identity).await?;
+            abhyasa_transport::routed::compose(
+                vec![quic, http],
+                abhyasa_transport::LinkConfig::default().incoming_queue,
+            )
+            .map_err(|e| format!("transports: {e}"))?
+        }
+    };
 
     let node = Node::open(options, store, transport)
         .await
@@ -134,6 +149,45 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     events_task.abort();
     tracing::info!("stopped");
     result
+}
+
+/// Starts the A2A HTTP binding of `[http]`: HTTPS with mutual TLS under
+/// the node identity (or plain HTTP on loopback when configured), serving
+/// the card's endpoints and reaching the `transport = "http"` peers.
+async fn start_http(
+    cfg: &Resolved,
+    h: &HttpServe,
+    identity: Identity,
+) -> Result<abhyasa_transport::Transport, String> {
+    let peers = cfg
+        .peers
+        .iter()
+        .filter_map(|p| {
+            let url = p.http_url.as_ref()?;
+            Some(HttpPeer {
+                agent: p.pin.agent.clone(),
+                token: p.token.clone(),
+                fingerprint: Some(p.pin.fingerprint),
+                custody_ack_endpoint: Some(format!("{url}/abhyasa/custody_ack")),
+                obligation_endpoint: Some(format!("{url}/abhyasa/obligations")),
+                outbound_token: None,
+            })
+        })
+        .collect();
+    let (_, obligation_endpoint) = cfg.card_endpoints();
+    let profiles = cfg.card_profiles(&obligation_endpoint)?;
+    let mut hc = if h.plain_http_loopback {
+        HttpConfig::loopback(cfg.agent.to_string(), peers, profiles)
+    } else {
+        HttpConfig::mtls(cfg.agent.to_string(), identity, peers, profiles)
+    };
+    hc.listen = h.listen;
+    hc.public_url = Some(h.base_url.clone());
+    let (transport, server) = abhyasa_a2a::start(cfg.agent.clone(), hc)
+        .await
+        .map_err(|e| format!("HTTP binding on {}: {e}", h.listen))?;
+    tracing::info!(addr = %server.addr, url = %server.base_url, "A2A HTTP binding serving");
+    Ok(transport)
 }
 
 /// Removes the control socket when the node stops.

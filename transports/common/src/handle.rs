@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use crate::link::Shared;
+use crate::routed::Routed;
 use crate::{Incoming, TransportStats};
 
 /// A started transport: the handle to send with and the channel to receive
@@ -67,43 +68,89 @@ pub enum SendError {
 /// dropped.
 #[derive(Clone, Debug)]
 pub struct TransportHandle {
-    shared: Arc<Shared>,
-    _stop_on_drop: Arc<DropGuard>,
+    inner: Inner,
+}
+
+/// One transport's peer table, or several transports routed by peer
+/// ([`crate::routed`]).
+#[derive(Clone, Debug)]
+enum Inner {
+    Link {
+        shared: Arc<Shared>,
+        _stop_on_drop: Arc<DropGuard>,
+    },
+    Routed(Arc<Routed>),
 }
 
 impl TransportHandle {
     pub(crate) fn new(shared: Arc<Shared>, guard: DropGuard) -> Self {
         Self {
-            shared,
-            _stop_on_drop: Arc::new(guard),
+            inner: Inner::Link {
+                shared,
+                _stop_on_drop: Arc::new(guard),
+            },
+        }
+    }
+
+    pub(crate) fn routed(routed: Arc<Routed>) -> Self {
+        Self {
+            inner: Inner::Routed(routed),
+        }
+    }
+
+    /// The part a peer is routed to, or the peer table itself.
+    fn part(&self, peer: &AgentId) -> Result<&Arc<Shared>, SendError> {
+        match &self.inner {
+            Inner::Link { shared, .. } => Ok(shared),
+            Inner::Routed(r) => r
+                .route(peer)
+                .map(|h| match &h.inner {
+                    Inner::Link { shared, .. } => Ok(shared),
+                    // Routed parts are flattened at composition.
+                    Inner::Routed(_) => Err(SendError::UnknownPeer(peer.clone())),
+                })
+                .unwrap_or_else(|| Err(SendError::UnknownPeer(peer.clone()))),
+        }
+    }
+
+    /// Every single transport behind this handle (one, unless routed).
+    pub(crate) fn parts(&self) -> Vec<Arc<Shared>> {
+        match &self.inner {
+            Inner::Link { shared, .. } => vec![shared.clone()],
+            Inner::Routed(r) => r.parts().iter().flat_map(TransportHandle::parts).collect(),
         }
     }
 
     /// This node's agent id.
     pub fn local(&self) -> &AgentId {
-        &self.shared.local
+        match &self.inner {
+            Inner::Link { shared, .. } => &shared.local,
+            Inner::Routed(r) => r.local(),
+        }
     }
 
-    /// The address the transport listens on, if it listens.
+    /// The address the transport listens on, if it listens (for several
+    /// transports routed by peer, the first that listens).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.shared.local_addr()
+        self.parts().iter().find_map(|s| s.local_addr())
     }
 
     /// Encodes `envelope` and queues it on the newest live connection to
     /// `peer`. Never blocks. `Ok` means queued, not delivered: custody owns
     /// retries.
     pub fn send(&self, peer: &AgentId, envelope: &Envelope) -> Result<(), SendError> {
-        if self.shared.shutdown.is_cancelled() {
+        let shared = self.part(peer)?;
+        if shared.shutdown.is_cancelled() {
             return Err(SendError::Closed);
         }
-        if envelope.sender != self.shared.local {
+        if envelope.sender != shared.local {
             return Err(SendError::ForeignSender {
                 sender: envelope.sender.clone(),
-                local: self.shared.local.clone(),
+                local: shared.local.clone(),
             });
         }
         let body = envelope.encode();
-        let max = self.shared.config.max_frame;
+        let max = shared.config.max_frame;
         if body.len() > max {
             return Err(SendError::FrameTooLarge {
                 size: body.len(),
@@ -113,7 +160,7 @@ impl TransportHandle {
         let mut frame = Vec::with_capacity(body.len() + 10);
         prost::encoding::encode_varint(body.len() as u64, &mut frame);
         frame.extend_from_slice(&body);
-        self.shared.queue(peer, Bytes::from(frame))
+        shared.queue(peer, Bytes::from(frame))
     }
 
     /// Bytes queued towards `peer` and not yet written by its newest
@@ -121,45 +168,84 @@ impl TransportHandle {
     /// [`send_queue_budget`](Self::send_queue_budget), lets a runtime push
     /// back on its callers before the queue refuses frames.
     pub fn queued_bytes(&self, peer: &AgentId) -> usize {
-        self.shared.queued_bytes(peer)
+        self.part(peer).map_or(0, |s| s.queued_bytes(peer))
     }
 
     /// The per-connection send budget in bytes
-    /// ([`LinkConfig::send_queue_bytes`](crate::LinkConfig::send_queue_bytes)).
+    /// ([`LinkConfig::send_queue_bytes`](crate::LinkConfig::send_queue_bytes));
+    /// for several transports routed by peer, the smallest.
     pub fn send_queue_budget(&self) -> usize {
-        self.shared.config.send_queue_bytes
+        self.parts()
+            .iter()
+            .map(|s| s.config.send_queue_bytes)
+            .min()
+            .unwrap_or(0)
     }
 
-    /// The largest envelope this transport sends, in bytes.
+    /// The largest envelope this transport sends, in bytes; for several
+    /// transports routed by peer, the smallest, so a frame sized by it
+    /// fits every one of them.
     pub fn max_frame(&self) -> usize {
-        self.shared.config.max_frame
+        self.parts()
+            .iter()
+            .map(|s| s.config.max_frame)
+            .min()
+            .unwrap_or(0)
     }
 
-    /// The transport's counters since it started.
+    /// The transport's counters since it started (summed over transports
+    /// routed by peer).
     pub fn stats(&self) -> TransportStats {
-        self.shared.counters.snapshot()
+        self.parts()
+            .iter()
+            .map(|s| s.counters.snapshot())
+            .fold(TransportStats::default(), |a, b| a.plus(&b))
     }
 
     /// Whether at least one authenticated connection to `peer` is up.
     pub fn is_connected(&self, peer: &AgentId) -> bool {
-        self.shared.connections(peer) > 0
+        self.part(peer).is_ok_and(|s| s.connections(peer) > 0)
     }
 
     /// Whether `peer` is in this transport's peer table (a pinned peer, or
     /// an endpoint of the in-memory network), connected or not: the peers
     /// a frame could ever be sent to.
     pub fn is_known(&self, peer: &AgentId) -> bool {
-        self.shared.is_known(peer)
+        match &self.inner {
+            Inner::Link { shared, .. } => shared.is_known(peer),
+            Inner::Routed(r) => r.route(peer).is_some(),
+        }
     }
 
     /// Peers with at least one live connection, sorted.
     pub fn connected_peers(&self) -> Vec<AgentId> {
-        self.shared.peers_where(|n| n > 0)
+        self.peers_where(|n| n > 0)
     }
 
     /// Every peer this transport accepts, sorted.
     pub fn known_peers(&self) -> Vec<AgentId> {
-        self.shared.peers_where(|_| true)
+        self.peers_where(|_| true)
+    }
+
+    fn peers_where(&self, pred: impl Fn(usize) -> bool + Copy) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = match &self.inner {
+            Inner::Link { shared, .. } => return shared.peers_where(pred),
+            // A peer counts for the part it is routed to only.
+            Inner::Routed(_) => {
+                let parts = self.parts();
+                parts
+                    .iter()
+                    .flat_map(|s| {
+                        s.peers_where(pred)
+                            .into_iter()
+                            .filter(move |p| self.part(p).is_ok_and(|r| Arc::ptr_eq(r, s)))
+                    })
+                    .collect()
+            }
+        };
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// Stops dialling and accepting, closes every connection and waits for
@@ -168,8 +254,16 @@ impl TransportHandle {
     /// three probe timeouts: about 3 s for a peer that never answered).
     /// Idempotent.
     pub async fn shutdown(&self) {
-        self.shared.shutdown.cancel();
-        self.shared.tasks.close();
-        self.shared.tasks.wait().await;
+        let parts = self.parts();
+        for s in &parts {
+            s.shutdown.cancel();
+            s.tasks.close();
+        }
+        for s in &parts {
+            s.tasks.wait().await;
+        }
+        if let Inner::Routed(r) = &self.inner {
+            r.wait_forwarders().await;
+        }
     }
 }

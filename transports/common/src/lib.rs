@@ -26,6 +26,10 @@
 //! [`link::Link`] (outbound queue + [`link::InboundSink`] that runs the
 //! [`FrameDecoder`](abhyasa_core::wire::FrameDecoder) and the sender
 //! binding check), and runs dial loops.
+//!
+//! A node that reaches some peers over one transport and others over
+//! another (QUIC and the A2A HTTP binding) combines them with
+//! [`routed::compose`] into one [`Transport`] that routes by peer.
 #![forbid(unsafe_code)]
 
 mod backoff;
@@ -35,6 +39,7 @@ mod incoming;
 pub mod limit;
 pub mod link;
 pub mod mem;
+pub mod routed;
 mod stats;
 
 pub use backoff::{Backoff, BackoffSchedule};

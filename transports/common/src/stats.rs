@@ -22,6 +22,21 @@ pub struct TransportStats {
     pub unauthorized: u64,
 }
 
+impl TransportStats {
+    /// Field-by-field sum (several transports seen as one).
+    pub(crate) fn plus(&self, o: &Self) -> Self {
+        Self {
+            connections: self.connections + o.connections,
+            refused: self.refused + o.refused,
+            dial_failures: self.dial_failures + o.dial_failures,
+            frames_sent: self.frames_sent + o.frames_sent,
+            frames_received: self.frames_received + o.frames_received,
+            malformed: self.malformed + o.malformed,
+            unauthorized: self.unauthorized + o.unauthorized,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) connections: AtomicU64,

@@ -41,7 +41,7 @@ pub use identity::{
     generate_identity, verify_signature, Fingerprint, FingerprintParseError, Identity,
     IdentityError, PeerPin, PinError, PinSet, SignatureError,
 };
-pub use tls::TlsError;
+pub use tls::{dangerous_pinned_client_tls, pinned_server_tls, TlsError, PINNED_SERVER_NAME};
 pub use transport::{start, start_with_socket, StartError};
 
 #[cfg(test)]

@@ -30,6 +30,34 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A rustls server configuration (TLS 1.3, ring) that presents
+/// `identity`'s certificate and accepts only client certificates pinned in
+/// `pins`. With `mandatory`, a client without a certificate fails the
+/// handshake; without it such a client is let through unauthenticated at
+/// the TLS layer, and the protocol on top must authenticate it another way
+/// (the A2A binding's bearer credentials). A client that does present a
+/// certificate is refused unless it is pinned, either way. The same pins
+/// and verifier serve QUIC and the HTTP binding, so a node has one
+/// identity for both.
+pub fn pinned_server_tls(
+    identity: &Identity,
+    pins: Arc<PinSet>,
+    mandatory: bool,
+    alpn: Vec<Vec<u8>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_err)?
+        .with_client_cert_verifier(Arc::new(PinnedClientVerifier::new(pins, mandatory)))
+        .with_single_cert(
+            vec![identity.cert_der.clone()],
+            PrivateKeyDer::Pkcs8(identity.key_der.clone_key()),
+        )
+        .map_err(tls_err)?;
+    tls.alpn_protocols = alpn;
+    Ok(tls)
+}
+
 /// The server side: presents our certificate, requires a pinned client
 /// certificate.
 pub(crate) fn server_config(
@@ -37,24 +65,16 @@ pub(crate) fn server_config(
     pins: Arc<PinSet>,
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::ServerConfig, TlsError> {
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_err)?
-        .with_client_cert_verifier(Arc::new(PinnedClientVerifier::new(pins)))
-        .with_single_cert(
-            vec![identity.cert_der.clone()],
-            PrivateKeyDer::Pkcs8(identity.key_der.clone_key()),
-        )
-        .map_err(tls_err)?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = pinned_server_tls(identity, pins, true, vec![ALPN.to_vec()])?;
     let quic = QuicServerConfig::try_from(tls).map_err(tls_err)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     config.transport_config(transport);
     Ok(config)
 }
 
-/// The client side for dialling `peer`: presents our certificate, accepts
-/// only the server certificate pinned for `peer`.
+/// A rustls client configuration (TLS 1.3, ring) for reaching `peer`: it
+/// presents `identity`'s certificate and accepts only the server
+/// certificate whose fingerprint is `expected`.
 ///
 /// "Dangerous" in rustls's sense: WebPKI path validation is replaced by a
 /// custom verifier. This is sound here because there is no CA to validate
@@ -62,12 +82,12 @@ pub(crate) fn server_config(
 /// (SHA-256 over the whole certificate), and the verifier still delegates
 /// the TLS 1.3 `CertificateVerify` signature check to rustls with the ring
 /// algorithms, so the server must hold the pinned certificate's key.
-pub(crate) fn dangerous_pinned_client_config(
+pub fn dangerous_pinned_client_tls(
     identity: &Identity,
     peer: &AgentId,
     expected: Fingerprint,
-    transport: Arc<quinn::TransportConfig>,
-) -> Result<quinn::ClientConfig, TlsError> {
+    alpn: Vec<Vec<u8>>,
+) -> Result<rustls::ClientConfig, TlsError> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls_err)?
@@ -78,12 +98,28 @@ pub(crate) fn dangerous_pinned_client_config(
             PrivateKeyDer::Pkcs8(identity.key_der.clone_key()),
         )
         .map_err(tls_err)?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.alpn_protocols = alpn;
+    Ok(tls)
+}
+
+/// The QUIC client side for dialling `peer` (see
+/// [`dangerous_pinned_client_tls`]).
+pub(crate) fn dangerous_pinned_client_config(
+    identity: &Identity,
+    peer: &AgentId,
+    expected: Fingerprint,
+    transport: Arc<quinn::TransportConfig>,
+) -> Result<quinn::ClientConfig, TlsError> {
+    let tls = dangerous_pinned_client_tls(identity, peer, expected, vec![ALPN.to_vec()])?;
     let quic = QuicClientConfig::try_from(tls).map_err(tls_err)?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
     config.transport_config(transport);
     Ok(config)
 }
+
+/// The SERVER_NAME the pinned clients send (never checked; see
+/// [`dangerous_pinned_client_tls`]).
+pub const PINNED_SERVER_NAME: &str = SERVER_NAME;
 
 /// The fingerprint of the certificate a connection's peer presented.
 pub(crate) fn peer_fingerprint(conn: &quinn::Connection) -> Option<Fingerprint> {

@@ -50,13 +50,15 @@ fn algorithms() -> WebPkiSupportedAlgorithms {
 #[derive(Debug)]
 pub(crate) struct PinnedClientVerifier {
     pins: Arc<PinSet>,
+    mandatory: bool,
     algs: WebPkiSupportedAlgorithms,
 }
 
 impl PinnedClientVerifier {
-    pub(crate) fn new(pins: Arc<PinSet>) -> Self {
+    pub(crate) fn new(pins: Arc<PinSet>, mandatory: bool) -> Self {
         Self {
             pins,
+            mandatory,
             algs: algorithms(),
         }
     }
@@ -68,7 +70,7 @@ impl ClientCertVerifier for PinnedClientVerifier {
     }
 
     fn client_auth_mandatory(&self) -> bool {
-        true
+        self.mandatory
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
