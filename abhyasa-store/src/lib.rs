@@ -22,6 +22,7 @@
 
 mod codec;
 mod engine;
+pub mod kv;
 mod redb_store;
 mod sled_store;
 
