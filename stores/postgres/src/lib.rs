@@ -269,6 +269,17 @@ impl PgStore {
         u64::try_from(self.epoch).unwrap_or(0)
     }
 
+    /// The server process id of this store's session (`pg_stat_activity.pid`),
+    /// for operators tracing a node's connection.
+    pub fn backend_pid(&self) -> Result<i32, StoreError> {
+        self.check_usable()?;
+        let mut c = self.lock();
+        let row = c
+            .query_one("SELECT pg_backend_pid()", &[])
+            .map_err(pg_err("read backend pid"))?;
+        Ok(row.get(0))
+    }
+
     /// True once the renewal thread found that another node took the
     /// partition over; the next commit fails with [`StoreError::Fenced`].
     pub fn lost_ownership(&self) -> bool {
