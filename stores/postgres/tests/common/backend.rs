@@ -30,6 +30,10 @@ pub struct PgBackend {
     commits: u64,
     armed: Option<(u64, CrashTiming)>,
     down: Option<u64>,
+    /// Treat a failed commit (the database went away) as the node's crash:
+    /// the side stops and restarts from a fresh open, as `abhyasa node run`
+    /// would under a supervisor.
+    pub crash_on_error: bool,
 }
 
 impl PgBackend {
@@ -44,6 +48,7 @@ impl PgBackend {
             commits: 0,
             armed: None,
             down: None,
+            crash_on_error: false,
         }
     }
 
@@ -74,7 +79,14 @@ impl Backend for PgBackend {
                 self.down = Some(n);
                 Err(StoreError::Crashed { commit: n })
             }
-            _ => self.store().commit(now, batches),
+            _ => match self.store().commit(now, batches) {
+                Err(e) if self.crash_on_error && !matches!(e, StoreError::Fenced { .. }) => {
+                    eprintln!("commit {n} failed ({e}); the node crashes");
+                    self.down = Some(n);
+                    Err(StoreError::Crashed { commit: n })
+                }
+                other => other,
+            },
         }
     }
     fn arm(&mut self, k: u64, timing: CrashTiming) {
