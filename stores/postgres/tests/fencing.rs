@@ -109,7 +109,8 @@ fn stale_owner_is_fenced_after_takeover_c_fl_1() {
         ["before", "by-b"],
         "stale write landed or earlier lost"
     );
-    // B resumes A's pending obligation from its absolute deadline (C-FL-2).
+    // B loads A's pending obligation with its absolute deadline (the store
+    // half of C-FL-2; the kill -9 process test is not written yet).
     let before = &s.custodian.pending[&common::oid("before")];
     assert_eq!(
         before.obligation.deadline_at(),
