@@ -294,3 +294,92 @@ fn newer_format_version_is_refused() {
         other => panic!("newer format opened: {other:?}"),
     }
 }
+
+/// A TCP proxy to the database that, once armed, passes the client's
+/// `COMMIT` to the server and then cuts the connection before the answer
+/// comes back: the commit is in doubt for the client.
+fn cutting_proxy(url: &str) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let cfg: postgres::Config = url.parse().unwrap();
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let local = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(false));
+    let flag = armed.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s2.read(&mut buf) {
+                    if n == 0 || c2.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = client.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let cut =
+                        flag.load(Ordering::SeqCst) && buf[..n].windows(6).any(|w| w == b"COMMIT");
+                    if cut {
+                        // Stop relaying answers first, then let COMMIT through.
+                        let _ = client.shutdown(Shutdown::Both);
+                        let _ = server.write_all(&buf[..n]);
+                        std::thread::sleep(Duration::from_millis(300));
+                        let _ = server.shutdown(Shutdown::Both);
+                        break;
+                    }
+                    if server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let user = cfg.get_user().unwrap_or("postgres").to_string();
+    let db = cfg.get_dbname().unwrap_or("postgres").to_string();
+    (format!("postgres://{user}@127.0.0.1:{local}/{db}"), armed)
+}
+
+// The connection drops during COMMIT: the outcome is unknown to the node,
+// so the commit fails as in doubt and the store refuses everything after
+// it (the node stops); a restart learns the outcome by loading, never by
+// guessing (here the server did commit it).
+#[test]
+fn commit_in_doubt_stops_the_store_and_restart_loads_the_truth() {
+    let url = pg_or_skip!();
+    let (proxied, armed) = cutting_proxy(url);
+    let p = cluster::partition("doubt");
+    let opts = options("node-a", Duration::from_secs(30), None);
+    let mut a = PgStore::open(&proxied, &p, &opts).unwrap();
+    let _ = a.commit(EPOCH, &[&offer("first")]).unwrap();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let e = a
+        .commit(EPOCH, &[&offer("doubt")])
+        .expect_err("a commit whose answer was lost reported success");
+    assert!(e.to_string().contains("in doubt"), "{e}");
+    assert!(a.commit(EPOCH, &[&offer("after")]).is_err());
+    assert!(a.load().is_err());
+    drop(a);
+    let b = PgStore::open(url, &p, &opts).unwrap();
+    let mut ids: Vec<String> = b
+        .load()
+        .unwrap()
+        .custodian
+        .pending
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["doubt", "first"], "the in-doubt commit's outcome");
+}
