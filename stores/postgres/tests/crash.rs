@@ -427,9 +427,16 @@ fn enumerate(url: &str, sc: &Scenario, timings: &[CrashTiming]) -> (usize, u32) 
 const BOTH: [CrashTiming; 2] = [CrashTiming::BeforeDurable, CrashTiming::AfterDurable];
 
 fn run_scenario(name: &str) {
+    run_timings(name, &BOTH);
+}
+
+/// One scenario at the given crash timings (the long scenarios run each
+/// timing as its own test, so every test stays short and they run in
+/// parallel).
+fn run_timings(name: &str, timings: &[CrashTiming]) {
     let url = pg_or_skip!();
     let sc = scenarios().into_iter().find(|s| s.name == name).unwrap();
-    let (points, settled) = enumerate(url, &sc, &BOTH);
+    let (points, settled) = enumerate(url, &sc, timings);
     eprintln!("{name}: {points} crash points on PostgreSQL");
     assert!(points > 0);
     if name == "external-intent" {
@@ -453,14 +460,25 @@ fn pg_crash_every_commit_point_declined() {
 }
 
 #[test]
-fn pg_crash_every_commit_point_deferred_then_applied() {
-    run_scenario("deferred-then-applied");
+fn pg_crash_every_commit_point_deferred_then_applied_batch_lost() {
+    run_timings("deferred-then-applied", &[CrashTiming::BeforeDurable]);
+}
+
+#[test]
+fn pg_crash_every_commit_point_deferred_then_applied_batch_durable() {
+    run_timings("deferred-then-applied", &[CrashTiming::AfterDurable]);
 }
 
 // C-AB4-3, C-AB2-3: escalation at the original deadline after recovery.
 #[test]
-fn pg_crash_every_commit_point_escalated_c_ab4_3_c_ab2_3() {
-    run_scenario("escalated");
+fn pg_crash_every_commit_point_escalated_batch_lost_c_ab4_3_c_ab2_3() {
+    run_timings("escalated", &[CrashTiming::BeforeDurable]);
+}
+
+// C-AB4-3, C-AB2-3, with the crashed batch durable but unacknowledged.
+#[test]
+fn pg_crash_every_commit_point_escalated_batch_durable_c_ab4_3_c_ab2_3() {
+    run_timings("escalated", &[CrashTiming::AfterDurable]);
 }
 
 #[test]
