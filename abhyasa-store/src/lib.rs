@@ -26,6 +26,7 @@
 mod codec;
 mod engine;
 mod index;
+pub mod kv;
 mod reads;
 mod redb_store;
 mod sled_store;

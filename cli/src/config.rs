@@ -7,8 +7,12 @@
 //! ```toml
 //! agent = "alice"                 # this node's agent id (required)
 //! listen = "0.0.0.0:7400"         # QUIC listen address (UDP)
-//! store = "redb"                  # "redb" (default) or "sled"
+//! store = "redb"                  # "redb" (default), "sled" or "postgres"
 //! store_path = "store.redb"       # relative to the node directory
+//! postgres_url = "postgres://…"  # store = "postgres": the database (else env ABHYASA_PG_URL)
+//! postgres_lease_ms = 10000       # store = "postgres": ownership lease (a standby takes over after it)
+//! postgres_standby = false        # store = "postgres": wait for the owner's lease instead of failing
+//! postgres_holder = "host-a"      # store = "postgres": this node's owner name (default: host:pid:start)
 //! retention_seconds = 604800      # terminal records kept this long (7 days)
 //! compaction_interval_seconds = 3600 # how often they are compacted (0: never)
 //! max_created_at_skew_seconds = 60   # receiver: created_at at most this far ahead
@@ -71,6 +75,14 @@ pub(crate) struct NodeConfig {
     pub(crate) store: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) store_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) postgres_url: Option<Secret>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) postgres_lease_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) postgres_standby: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) postgres_holder: Option<String>,
     #[serde(default = "d_retention")]
     pub(crate) retention_seconds: u64,
     #[serde(default = "d_compaction_interval")]
@@ -207,6 +219,40 @@ pub(crate) struct HttpServe {
     pub(crate) plain_http_loopback: bool,
 }
 
+/// A config value that may carry a password: kept as written, never shown
+/// by `Debug`.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// `store = "postgres"`: where the database is and how this node holds
+/// its agent's partition.
+#[derive(Clone)]
+pub(crate) struct PgSettings {
+    /// The database URL (may carry a password: never printed).
+    pub(crate) url: String,
+    /// Lease, holder name, fail or stand by.
+    pub(crate) options: abhyasa_pg::PgOptions,
+}
+
+impl std::fmt::Debug for PgSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSettings")
+            .field("url", &"<redacted>")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// Shortest `postgres_lease_ms` accepted: renewals run every third of it.
+const MIN_PG_LEASE_MS: u64 = 300;
+
 /// A checked config: every value parsed.
 #[derive(Debug, Clone)]
 pub(crate) struct Resolved {
@@ -215,6 +261,8 @@ pub(crate) struct Resolved {
     pub(crate) listen: SocketAddr,
     pub(crate) store: StoreKind,
     pub(crate) store_path: PathBuf,
+    /// Set when `store = "postgres"` (then `store` and `store_path` are unused).
+    pub(crate) postgres: Option<PgSettings>,
     pub(crate) socket: PathBuf,
     pub(crate) backoff: Backoff,
     pub(crate) decline_policy: DeclinePolicy,
@@ -273,10 +321,18 @@ impl NodeConfig {
             .listen
             .parse()
             .map_err(|e| bad("listen", format!("{:?}: {e}", self.listen)))?;
-        let store: StoreKind = self
-            .store
-            .parse()
-            .map_err(|e| bad("store", format!("{e}")))?;
+        let postgres = if self.store == "postgres" {
+            Some(self.postgres_settings()?)
+        } else {
+            None
+        };
+        let store: StoreKind = if postgres.is_some() {
+            StoreKind::default()
+        } else {
+            self.store
+                .parse()
+                .map_err(|e| bad("store", format!("{e} (or \"postgres\")")))?
+        };
         let store_path = dir.join(
             self.store_path
                 .clone()
@@ -431,6 +487,7 @@ impl NodeConfig {
             listen,
             store,
             store_path,
+            postgres,
             socket,
             backoff: Backoff {
                 base: Duration::from_millis(self.backoff_base_ms),
@@ -443,6 +500,49 @@ impl NodeConfig {
             http,
             raw: self,
         })
+    }
+}
+
+impl NodeConfig {
+    /// The `postgres_*` keys, checked (`store = "postgres"`).
+    fn postgres_settings(&self) -> Result<PgSettings, String> {
+        let bad = |key: &str, why: String| format!("config.toml: key `{key}`: {why}");
+        let url = match &self.postgres_url {
+            Some(u) => u.0.clone(),
+            None => std::env::var(abhyasa_pg::URL_ENV)
+                .ok()
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| {
+                    bad(
+                        "postgres_url",
+                        format!(
+                            "store = \"postgres\" needs postgres_url or the environment variable {}",
+                            abhyasa_pg::URL_ENV
+                        ),
+                    )
+                })?,
+        };
+        let lease_ms = self.postgres_lease_ms.unwrap_or(10_000);
+        if lease_ms < MIN_PG_LEASE_MS {
+            return Err(bad(
+                "postgres_lease_ms",
+                format!("{lease_ms} is below {MIN_PG_LEASE_MS}"),
+            ));
+        }
+        let lease = Duration::from_millis(lease_ms);
+        let mut options = abhyasa_pg::PgOptions::with_lease(lease);
+        if let Some(h) = &self.postgres_holder {
+            if h.is_empty() {
+                return Err(bad("postgres_holder", "must not be empty".into()));
+            }
+            options.holder = h.clone();
+        }
+        if self.postgres_standby {
+            options.takeover = abhyasa_pg::Takeover::Wait {
+                poll: (lease / 10).max(Duration::from_millis(50)),
+            };
+        }
+        Ok(PgSettings { url, options })
     }
 }
 
@@ -590,6 +690,51 @@ mod tests {
         ] {
             let e = load(&extra).expect_err(&extra);
             assert!(e.contains(&format!("`{key}`")), "{extra}: {e}");
+        }
+    }
+
+    // store = "postgres" (issue 15): the URL and lease are read and checked,
+    // the standby flag selects waiting, and the URL never shows in Debug.
+    #[test]
+    fn postgres_store_keys() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/nonexistent");
+        let text = "agent = \"a\"\nstore = \"postgres\"\n\
+                    postgres_url = \"postgres://u:secret@127.0.0.1:5432/db\"\n\
+                    postgres_lease_ms = 2000\npostgres_standby = true\n\
+                    postgres_holder = \"host-b\"\n";
+        let r = NodeConfig::parse(text, p).unwrap().resolve(dir).unwrap();
+        let pg = r.postgres.as_ref().expect("postgres settings");
+        assert_eq!(pg.url, "postgres://u:secret@127.0.0.1:5432/db");
+        assert_eq!(pg.options.lease, Duration::from_millis(2000));
+        assert_eq!(pg.options.holder, "host-b");
+        assert!(matches!(
+            pg.options.takeover,
+            abhyasa_pg::Takeover::Wait { .. }
+        ));
+        assert!(!format!("{r:?}").contains("secret"), "URL printed");
+
+        let short = text.replace("2000", "10");
+        let e = NodeConfig::parse(&short, p)
+            .unwrap()
+            .resolve(dir)
+            .expect_err("short lease");
+        assert!(e.contains("`postgres_lease_ms`"), "{e}");
+
+        let embedded = NodeConfig::parse("agent = \"a\"\n", p)
+            .unwrap()
+            .resolve(dir)
+            .unwrap();
+        assert!(embedded.postgres.is_none());
+        if std::env::var(abhyasa_pg::URL_ENV).is_err() {
+            let e = NodeConfig::parse("agent = \"a\"\nstore = \"postgres\"\n", p)
+                .unwrap()
+                .resolve(dir)
+                .expect_err("no url");
+            assert!(
+                e.contains("`postgres_url`") && e.contains("ABHYASA_PG_URL"),
+                "{e}"
+            );
         }
     }
 }

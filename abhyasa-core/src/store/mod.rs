@@ -451,6 +451,32 @@ pub enum StoreError {
         /// Digest of the refused record.
         offered: Digest,
     },
+    /// A server-backed store whose ownership passed to another node (a
+    /// standby took the agent over after this node's lease lapsed). The
+    /// commit was refused inside its own transaction and nothing was
+    /// written; this node must stop (C-FL-1).
+    #[error(
+        "fenced: this node held the store at epoch {ours}, but {holder} owns it now \
+         (epoch {current}); stopping so no stale write lands"
+    )]
+    Fenced {
+        /// The epoch this node held.
+        ours: u64,
+        /// The epoch in force.
+        current: u64,
+        /// The holder in force.
+        holder: String,
+    },
+    /// A server-backed store is leased to another live node; this node did
+    /// not take it over and read or wrote nothing. Start it as a standby
+    /// (wait for the lease) or stop the other node.
+    #[error("store is owned by {holder} (lease has {remaining_ms} ms left); not taking it over")]
+    Owned {
+        /// The holder in force.
+        holder: String,
+        /// Milliseconds left on its lease, on the database clock.
+        remaining_ms: u64,
+    },
     /// The simulated process crashed (an injected crash point); the commit
     /// in flight may or may not be durable. Call [`SimStore::crash`] and
     /// restore from [`Store::load`].

@@ -49,6 +49,25 @@ pub(crate) fn run(cmd: NodeCommand) -> Result<(), String> {
     rt.block_on(serve(a))
 }
 
+/// Opens the agent's partition on PostgreSQL off the runtime: it connects,
+/// migrates, and under `postgres_standby` waits for the owner's lease.
+async fn open_postgres(
+    pg: &crate::config::PgSettings,
+    agent: &abhyasa_core::AgentId,
+) -> Result<Box<dyn abhyasa_core::store::Store>, String> {
+    let (url, agent, options) = (pg.url.clone(), agent.clone(), pg.options.clone());
+    if matches!(options.takeover, abhyasa_pg::Takeover::Wait { .. }) {
+        tracing::info!(holder = %options.holder, "standing by for the agent's lease");
+    }
+    let store =
+        tokio::task::spawn_blocking(move || abhyasa_pg::PgStore::open(&url, &agent, &options))
+            .await
+            .map_err(|e| format!("store postgres: {e}"))?
+            .map_err(|e| format!("store postgres: {e}"))?;
+    tracing::info!(holder = %store.holder(), epoch = store.epoch(), "took the agent's partition");
+    Ok(Box::new(store))
+}
+
 async fn serve(a: RunArgs) -> Result<(), String> {
     let cfg = NodeConfig::load(&a.dir)?;
     let ident_dir = a.dir.join("identity");
@@ -73,23 +92,29 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     cfg.apply_limits(&mut options);
 
     // Rows moved aside by `abhyasa store quarantine` are not custody the
-    // node resumes: say so on every start until someone looks at them.
-    if let Ok(q) = cfg
-        .store
-        .open_for_repair(&cfg.store_path, &StoreOptions::default())
-        .and_then(|r| r.quarantined())
-    {
-        if !q.is_empty() {
-            tracing::warn!(
-                rows = q.len(),
-                "the store holds quarantined rows; see `abhyasa store quarantined`"
-            );
-        }
+    // node resumes: say so on every start until someone looks at them
+    // (embedded stores only: PostgreSQL has no quarantine table).
+    let quarantined = match cfg.postgres {
+        Some(_) => None,
+        None => cfg
+            .store
+            .open_for_repair(&cfg.store_path, &StoreOptions::default())
+            .and_then(|r| r.quarantined())
+            .ok(),
+    };
+    if let Some(q) = quarantined.filter(|q| !q.is_empty()) {
+        tracing::warn!(
+            rows = q.len(),
+            "the store holds quarantined rows; see `abhyasa store quarantined`"
+        );
     }
-    let store = cfg
-        .store
-        .open(&cfg.store_path, &StoreOptions::default())
-        .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?;
+    let store: Box<dyn abhyasa_core::store::Store> = match &cfg.postgres {
+        Some(pg) => open_postgres(pg, &cfg.agent).await?,
+        None => cfg
+            .store
+            .open(&cfg.store_path, &StoreOptions::default())
+            .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?,
+    };
 
     // QUIC for the peers it pins; the HTTP binding (when `[http]` is set)
     // for `transport = "http"` peers, both routed by peer as one transport.
@@ -127,7 +152,7 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     tracing::info!(
         agent = %cfg.agent,
         listen = ?listen,
-        store = %cfg.store,
+        store = if cfg.postgres.is_some() { "postgres" } else { cfg.store.as_str() },
         socket = %cfg.socket.display(),
         peers = cfg.peers.len(),
         "node running"

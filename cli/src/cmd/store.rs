@@ -80,6 +80,13 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
         StoreCommand::Quarantined(a) => (a, 2),
     };
     let cfg = NodeConfig::load(&a.dir)?;
+    if cfg.postgres.is_some() {
+        return Err(
+            "store check/quarantine are for the embedded stores (redb, sled); \
+                    a PostgreSQL store is checked with the database's own tools"
+                .into(),
+        );
+    }
     let mut store = cfg
         .store
         .open_for_repair(&cfg.store_path, &StoreOptions::default())
