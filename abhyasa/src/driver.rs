@@ -257,8 +257,10 @@ impl Driver {
             // Group commit: fold whatever else is ready into this batch.
             let mut n = 0;
             while n < self.max_batch_inputs {
-                if let Some((ticket, decision)) =
-                    self.apply.as_mut().and_then(|a| a.decisions.try_recv().ok())
+                if let Some((ticket, decision)) = self
+                    .apply
+                    .as_mut()
+                    .and_then(|a| a.decisions.try_recv().ok())
                 {
                     self.on_decision(ticket, decision);
                     n += 1;

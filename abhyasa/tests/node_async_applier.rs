@@ -235,7 +235,12 @@ async fn async_decline_and_defer_travel_back_to_the_custodian() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        alice.status(deferred.id()).await.unwrap().custodian.as_deref(),
+        alice
+            .status(deferred.id())
+            .await
+            .unwrap()
+            .custodian
+            .as_deref(),
         Some("pending")
     );
     // Later the agent applies it: the final ack discharges custody.
