@@ -81,6 +81,15 @@ pub(crate) enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    /// Leases (issue 13): the authority on one governed key, read now.
+    Authorized {
+        key: String,
+        reply: oneshot::Sender<abhyasa_core::custody::lease::Authority>,
+    },
+    /// Every leased key with its end and authority, read now.
+    Leases {
+        reply: oneshot::Sender<Vec<crate::leases::LeaseView>>,
+    },
 }
 
 pub(crate) struct Driver {
@@ -261,8 +270,10 @@ impl Driver {
             // Group commit: fold whatever else is ready into this batch.
             let mut n = 0;
             while n < self.max_batch_inputs {
-                if let Some((ticket, decision)) =
-                    self.apply.as_mut().and_then(|a| a.decisions.try_recv().ok())
+                if let Some((ticket, decision)) = self
+                    .apply
+                    .as_mut()
+                    .and_then(|a| a.decisions.try_recv().ok())
                 {
                     self.on_decision(ticket, decision);
                     n += 1;
@@ -856,6 +867,24 @@ impl Driver {
             Command::Compact { retention, reply } => {
                 let (c, r) = (&mut self.custodian, &mut self.receiver);
                 let _ = reply.send(crate::compaction::start(now, retention, c, r, &self.store));
+            }
+            Command::Authorized { key, reply } => {
+                // Read after what is in flight commits (C-ND-2): a grant
+                // is never reported that a crash could still undo.
+                self.after_commit(Box::new(move |d: &Driver| {
+                    let _ = reply.send(d.receiver.authority(&key, d.now()));
+                }));
+            }
+            Command::Leases { reply } => {
+                self.after_commit(Box::new(move |d: &Driver| {
+                    let views = d
+                        .receiver
+                        .leases(d.now())
+                        .into_iter()
+                        .map(|(k, until, a)| crate::leases::LeaseView::new(k, until, a))
+                        .collect();
+                    let _ = reply.send(views);
+                }));
             }
             Command::Shutdown { reply } => {
                 self.shutdown = Some(reply);

@@ -73,6 +73,7 @@ pub mod clock;
 pub mod compaction;
 mod driver;
 mod gate;
+pub mod leases;
 pub mod metrics;
 mod node;
 mod store_thread;

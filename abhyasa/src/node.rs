@@ -343,6 +343,24 @@ impl Node {
         self.ask(|reply| Command::Metrics { reply }).await
     }
 
+    /// What this agent may do on governed key `key` now (issue 13): a
+    /// leased grant holds only while `now + skew_margin < lease_until`.
+    /// Check before exercising the authority; answered after the commit
+    /// in flight. Cancel-safe: dropping the future changes nothing.
+    pub async fn authorized(
+        &self,
+        key: &str,
+    ) -> Result<abhyasa_core::custody::lease::Authority, NodeError> {
+        let key = key.to_string();
+        self.ask(|reply| Command::Authorized { key, reply }).await
+    }
+
+    /// Every governed key that holds or held a leased grant, in key order,
+    /// with its authority now (`abhyasa leases`). Cancel-safe.
+    pub async fn leases(&self) -> Result<Vec<crate::leases::LeaseView>, NodeError> {
+        self.ask(|reply| Command::Leases { reply }).await
+    }
+
     async fn query<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Query,

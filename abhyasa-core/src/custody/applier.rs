@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::lease;
 use super::record::{EffectValue, EffectWrite, ExternalIntent};
 use crate::model::{AgentId, DeclineReason, GovernedKey, Obligation, Timestamp};
 use crate::polarity::{ANUMATI_KIND, OAUTH_KIND, PHALA_KIND};
@@ -90,14 +91,42 @@ impl Applier for StandardApplier {
                 } else {
                     restrictive("action", &["issue", "refresh"])
                 };
-                ApplyDecision::Apply(vec![EffectWrite {
+                // Leases: a grant stores its absolute lease end with the
+                // effect; a withhold (or an unleased grant) ends a lease
+                // the key held, in the same record (AB-3).
+                let until = if withhold {
+                    None
+                } else {
+                    match lease::lease_until(ob) {
+                        Ok(u) => u,
+                        Err(e) => {
+                            return ApplyDecision::Decline {
+                                reason: DeclineReason::Policy,
+                                detail: Some(e.to_string()),
+                            }
+                        }
+                    }
+                };
+                let mut writes = vec![EffectWrite {
                     key: key.to_string(),
                     value: EffectValue::Authorization(if withhold {
                         Authorization::Withheld
                     } else {
                         Authorization::Granted
                     }),
-                }])
+                }];
+                let lkey = lease::lease_key(key.as_str());
+                let leased = ctx
+                    .effects
+                    .get(&lkey)
+                    .is_some_and(|v| lease::decode_lease(v).is_some());
+                if until.is_some() || leased {
+                    writes.push(EffectWrite {
+                        key: lkey,
+                        value: lease::encode_lease(until),
+                    });
+                }
+                ApplyDecision::Apply(writes)
             }
             PHALA_KIND => {
                 let delta = ob
@@ -162,8 +191,9 @@ pub struct ApplyRequest {
     pub asked_at: Timestamp,
     /// True when the obligation was deferred before and is asked again.
     pub previously_deferred: bool,
-    /// Receiver-owned effect state of the governed key when asked (at most
-    /// one entry, absent if the key holds nothing yet). If the key changes
+    /// Receiver-owned effect state of the governed key (and of its lease,
+    /// [`super::lease::lease_key`]) when asked; absent entries hold nothing
+    /// yet. If the key changes
     /// before the decision returns, an `Apply` computed from this value is
     /// stale and the receiver asks again (AB-3: one atomic effect, never a
     /// lost update on an additive key).

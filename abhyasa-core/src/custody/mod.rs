@@ -3,6 +3,7 @@
 
 mod applier;
 mod custodian;
+pub mod lease;
 mod outbox;
 mod receiver;
 mod record;

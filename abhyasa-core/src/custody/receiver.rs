@@ -39,6 +39,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use super::applier::{Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket};
 use super::custodian::Transmit;
+use super::lease::{self, Authority};
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
     EffectValue, EffectWrite, ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord,
@@ -50,6 +51,9 @@ use crate::model::{
 };
 use crate::polarity::PolarityRegistry;
 use crate::wire::{ErrorCode, Message, ProtocolError, StatusReply};
+
+/// The suffix of [`lease::lease_key`].
+const LEASE_SUFFIX: &str = "#lease_until";
 
 /// Most acks coalesced into one frame.
 const MAX_ACKS_PER_FRAME: usize = 512;
@@ -154,6 +158,15 @@ pub enum ReceiverEvent {
         obligation: Obligation,
         /// The intent.
         intent: ExternalIntent,
+    },
+    /// A leased grant was not renewed in time: the authority on `key` is
+    /// no longer exercisable (C-TR-4). Not a record: the lapse is a
+    /// function of the stored lease end and the clock.
+    LeaseLapsed {
+        /// The governed key.
+        key: String,
+        /// When the lease ended.
+        lease_until: Timestamp,
     },
     /// Same id, different digest: refused, nothing applied.
     Conflict {
@@ -278,6 +291,10 @@ pub struct Receiver {
     /// Requests not yet polled by the driver.
     requests: VecDeque<ApplyRequest>,
     next_ticket: u64,
+    /// Lease end per governed key holding a leased grant.
+    leases: HashMap<String, Timestamp>,
+    /// (`lease_until - skew_margin`, governed key): when each lease lapses.
+    lease_timers: BTreeSet<(Timestamp, String)>,
 }
 
 impl Receiver {
@@ -297,6 +314,8 @@ impl Receiver {
             expiries: BTreeSet::new(),
             requests: VecDeque::new(),
             next_ticket: 0,
+            leases: HashMap::new(),
+            lease_timers: BTreeSet::new(),
         }
     }
 
@@ -326,6 +345,17 @@ impl Receiver {
         }
         r.key_seq = snapshot.key_sequences.clone();
         r.effects = snapshot.effects.clone();
+        // Leases survive a restart with the effects they ride in; one that
+        // lapsed while down is due at the first timer turn.
+        let leased: Vec<(String, EffectValue)> = r
+            .effects
+            .iter()
+            .filter(|(k, _)| k.ends_with(LEASE_SUFFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, v) in leased {
+            r.track_lease(&k, &v);
+        }
         let mut in_doubt: Vec<&IntentRecord> = snapshot
             .intents
             .iter()
@@ -713,21 +743,91 @@ impl Receiver {
     }
 
     /// When [`Receiver::handle_timeout`] must next run: the earliest
-    /// moment an outstanding request can no longer be applied.
+    /// moment an outstanding request can no longer be applied, or a lease
+    /// lapses.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.expiries.first().map(|(at, _)| *at)
+        let request = self.expiries.first().map(|(at, _)| *at);
+        let lease = self.lease_timers.first().map(|(at, _)| *at);
+        match (request, lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Declines `expired` every outstanding request whose deadline (less
     /// the skew margin) has come: the decision did not come in time, and a
-    /// receiver never applies late (C-DL-1).
+    /// receiver never applies late (C-DL-1). Reports every lease that
+    /// lapsed ([`ReceiverEvent::LeaseLapsed`]); the authority itself ends
+    /// at read time ([`Receiver::authority`]), timer or not.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         while let Some(&(at, ticket)) = self.expiries.first() {
             if at > now {
                 break;
             }
             self.expire(now, ticket);
+        }
+        while let Some((at, key)) = self.lease_timers.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.lease_timers.remove(&(at, key.clone()));
+            if let Some(lease_until) = self.leases.remove(&key) {
+                if self.authority(&key, now) == (Authority::Lapsed { lease_until }) {
+                    self.outbox
+                        .event(ReceiverEvent::LeaseLapsed { key, lease_until });
+                }
+            }
+        }
+    }
+
+    /// What this agent may do on governed key `key` at `now`, read at the
+    /// moment of use: a leased grant holds only while
+    /// `now + skew_margin < lease_until` (C-TR-4), so a partitioned agent
+    /// stops at lease expiry though no revocation arrives. Reflects
+    /// uncommitted writes too: check before acting, after the commit that
+    /// an ack reports.
+    pub fn authority(&self, key: &str, now: Timestamp) -> Authority {
+        let state = match self.effects.get(key) {
+            Some(EffectValue::Authorization(a)) => Some(*a),
+            _ => None,
+        };
+        let until = self
+            .effects
+            .get(&lease::lease_key(key))
+            .and_then(lease::decode_lease);
+        Authority::at(state, until, now, self.config.skew_margin)
+    }
+
+    /// Every governed key that holds or held a lease, with its end and its
+    /// authority at `now` (for `abhyasa leases`), in key order.
+    pub fn leases(&self, now: Timestamp) -> Vec<(String, Timestamp, Authority)> {
+        let mut out: Vec<_> = self
+            .effects
+            .iter()
+            .filter_map(|(k, v)| {
+                let key = k.strip_suffix(LEASE_SUFFIX)?;
+                let until = lease::decode_lease(v)?;
+                Some((key.to_string(), until, self.authority(key, now)))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Follows a lease write (`lease_key`, value) in the lapse timers.
+    fn track_lease(&mut self, lease_key: &str, value: &EffectValue) {
+        let Some(key) = lease_key.strip_suffix(LEASE_SUFFIX) else {
+            return;
+        };
+        if let Some(old) = self.leases.remove(key) {
+            let at = old.saturating_sub(self.config.skew_margin);
+            self.lease_timers.remove(&(at, key.to_string()));
+        }
+        if let Some(until) = lease::decode_lease(value) {
+            self.leases.insert(key.to_string(), until);
+            let at = until.saturating_sub(self.config.skew_margin);
+            self.lease_timers.insert((at, key.to_string()));
         }
     }
 
@@ -859,8 +959,14 @@ impl Receiver {
             .as_ref()
             .and_then(|k| self.effects.get(k.as_str()).cloned());
         let mut effects = BTreeMap::new();
-        if let (Some(k), Some(v)) = (&key, &seen) {
-            effects.insert(k.to_string(), v.clone());
+        if let Some(k) = &key {
+            if let Some(v) = &seen {
+                effects.insert(k.to_string(), v.clone());
+            }
+            let lk = lease::lease_key(k.as_str());
+            if let Some(v) = self.effects.get(&lk) {
+                effects.insert(lk, v.clone());
+            }
         }
         let lkey = (from.clone(), ob.id().clone());
         self.expiries.insert((self.expiry_of(&ob), ticket));
@@ -973,6 +1079,9 @@ impl Receiver {
     ) {
         for w in &effect {
             self.effects.insert(w.key.clone(), w.value.clone());
+            if w.key.ends_with(LEASE_SUFFIX) {
+                self.track_lease(&w.key, &w.value);
+            }
         }
         if let Some((k, s)) = &key_sequence {
             self.key_seq.insert(k.clone(), (*s, ob.id().clone()));
