@@ -136,7 +136,7 @@ fn relay_message() -> impl Strategy<Value = RelayMessage> {
 
 fn samples() -> Vec<Vec<u8>> {
     let s = agent("relay-1");
-    let out = vec![
+    let out = [
         Envelope::new(
             s.clone(),
             Message::Relay(RelayMessage::Sealed(Box::new(sealed_for("alice", "edge")))),
