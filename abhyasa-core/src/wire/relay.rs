@@ -14,7 +14,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{pb, Envelope, Message};
 use crate::error::{FieldError, FieldProblem, PeerError};
-use crate::model::{AgentId, Timestamp};
+use crate::model::{AgentId, Digest, ObligationId, Timestamp};
 
 /// Domain tag that starts every signing input, so a signature over a sealed
 /// frame can never be taken for a signature over anything else.
@@ -49,6 +49,16 @@ pub fn max_inner(max_frame: usize) -> usize {
 pub struct FrameKey(pub [u8; 32]);
 
 impl FrameKey {
+    /// The key of a frame from `origin` to `destination` with `dedup_key`.
+    pub fn of(origin: &AgentId, destination: &AgentId, dedup_key: &DedupKey) -> Self {
+        let mut buf = Vec::with_capacity(24 + 2 * 256 + MAX_DEDUP_KEY);
+        buf.extend_from_slice(b"abhyasa/frame-key/v1\0");
+        put(&mut buf, origin.as_str().as_bytes());
+        put(&mut buf, destination.as_str().as_bytes());
+        put(&mut buf, dedup_key.as_bytes());
+        FrameKey(Sha256::digest(&buf).into())
+    }
+
     fn from_slice(field: &str, b: &[u8]) -> Result<Self, FieldError> {
         let arr: [u8; 32] = b
             .try_into()
@@ -102,18 +112,25 @@ impl DedupKey {
     pub fn for_message(message: &Message, inner: &[u8]) -> Self {
         let mut h = Sha256::new();
         match message {
-            Message::Obligation(o) => {
-                h.update(b"obligation\0");
-                h.update(o.id().as_str().as_bytes());
-                h.update([0]);
-                h.update(o.digest().0);
-            }
+            Message::Obligation(o) => return Self::for_obligation(o.id(), &o.digest()),
             Message::StatusQuery(_) => h.update(b"status-query\0"),
             _ => {
                 h.update(b"frame\0");
                 h.update(inner);
             }
         }
+        Self(h.finalize().to_vec())
+    }
+
+    /// The key of every sealed copy of obligation `id` with `digest`: what
+    /// a relay recomputes from an ack passing back to drop the frame the
+    /// ack answers.
+    pub fn for_obligation(id: &ObligationId, digest: &Digest) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"obligation\0");
+        h.update(id.as_str().as_bytes());
+        h.update([0]);
+        h.update(digest.0);
         Self(h.finalize().to_vec())
     }
 
@@ -239,14 +256,7 @@ impl Sealed {
 
     /// The relay's key for this frame.
     pub fn key(&self) -> FrameKey {
-        let mut h = Sha256::new();
-        h.update(b"abhyasa/frame-key/v1\0");
-        let mut buf = Vec::new();
-        put(&mut buf, self.origin.as_str().as_bytes());
-        put(&mut buf, self.destination.as_str().as_bytes());
-        put(&mut buf, self.dedup_key.as_bytes());
-        h.update(&buf);
-        FrameKey(h.finalize().into())
+        FrameKey::of(&self.origin, &self.destination, &self.dedup_key)
     }
 
     /// The checks a destination makes that need no key: addressed to
