@@ -69,6 +69,28 @@ pub enum SendError {
 pub struct TransportHandle {
     shared: Arc<Shared>,
     _stop_on_drop: Arc<DropGuard>,
+    router: Option<Arc<dyn Router>>,
+}
+
+/// Reaches some peers another way than a direct link: a relayed link
+/// (`abhyasa-spool`) seals their frames and sends them to a relay. Installed
+/// with [`TransportHandle::with_router`]; the driver does not know.
+pub trait Router: Send + Sync + std::fmt::Debug {
+    /// Whether this router reaches `peer` at all.
+    fn routes(&self, peer: &AgentId) -> bool;
+    /// Sends `envelope` for `peer` the router's way, over `direct` (the
+    /// handle without the router). Called only when `routes(peer)` and no
+    /// direct link to `peer` is up (direct first).
+    fn send(
+        &self,
+        direct: &TransportHandle,
+        peer: &AgentId,
+        envelope: &Envelope,
+    ) -> Result<(), SendError>;
+    /// Whether the router's way to `peer` is up (its relay is connected).
+    fn is_connected(&self, direct: &TransportHandle, peer: &AgentId) -> bool;
+    /// Every peer the router reaches.
+    fn peers(&self) -> Vec<AgentId>;
 }
 
 impl TransportHandle {
@@ -76,7 +98,30 @@ impl TransportHandle {
         Self {
             shared,
             _stop_on_drop: Arc::new(guard),
+            router: None,
         }
+    }
+
+    /// This handle with `router` reaching the peers it routes whenever no
+    /// direct link to them is up (direct first, the router as fallback).
+    pub fn with_router(mut self, router: Arc<dyn Router>) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// This handle without its router: direct links only.
+    pub fn direct(&self) -> TransportHandle {
+        Self {
+            shared: self.shared.clone(),
+            _stop_on_drop: self._stop_on_drop.clone(),
+            router: None,
+        }
+    }
+
+    fn routed(&self, peer: &AgentId) -> Option<&Arc<dyn Router>> {
+        self.router
+            .as_ref()
+            .filter(|r| r.routes(peer) && self.shared.connections(peer) == 0)
     }
 
     /// This node's agent id.
@@ -101,6 +146,9 @@ impl TransportHandle {
                 sender: envelope.sender.clone(),
                 local: self.shared.local.clone(),
             });
+        }
+        if let Some(r) = self.routed(peer) {
+            return r.send(&self.direct(), peer, envelope);
         }
         let body = envelope.encode();
         let max = self.shared.config.max_frame;
@@ -143,6 +191,9 @@ impl TransportHandle {
     /// Whether at least one authenticated connection to `peer` is up.
     pub fn is_connected(&self, peer: &AgentId) -> bool {
         self.shared.connections(peer) > 0
+            || self
+                .routed(peer)
+                .is_some_and(|r| r.is_connected(&self.direct(), peer))
     }
 
     /// Peers with at least one live connection, sorted.
@@ -152,7 +203,13 @@ impl TransportHandle {
 
     /// Every peer this transport accepts, sorted.
     pub fn known_peers(&self) -> Vec<AgentId> {
-        self.shared.peers_where(|_| true)
+        let mut v = self.shared.peers_where(|_| true);
+        if let Some(r) = &self.router {
+            v.extend(r.peers());
+            v.sort();
+            v.dedup();
+        }
+        v
     }
 
     /// Stops dialling and accepting, closes every connection and waits for

@@ -13,10 +13,19 @@
 //! * [`spool`]: the relay daemon's durable spool on redb: written before
 //!   the receipt, one copy per frame key, held until min(deadline,
 //!   `max_hold`), quotas with typed refusals (C-TR-3).
+//! * [`relay`]: the relay daemon over QUIC: receipts after the commit,
+//!   push within the destination's pull budget, drop on `Delivered`, on a
+//!   sealed ack passing back or at the hold time.
+//! * [`link`]: a node's relayed link, a wrapper around any transport
+//!   (direct first, the relay as fallback).
 #![forbid(unsafe_code)]
 
+pub mod link;
+pub mod relay;
 pub mod seal;
 pub mod spool;
 
+pub use link::{relayed, RelayedConfig, RelayedStats};
+pub use relay::{start, RelayConfig, RelayError, RelayHandle};
 pub use seal::{Opener, SealFailure, Sealer};
 pub use spool::{DestinationStatus, Spool, SpoolError, SpoolLimits, SpoolStatus};

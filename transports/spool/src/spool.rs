@@ -307,6 +307,11 @@ impl Spool {
         self.by_key.contains_key(key)
     }
 
+    /// The destination of held frame `key`.
+    pub fn destination_of(&self, key: &FrameKey) -> Option<&AgentId> {
+        self.by_key.get(key).map(|e| &e.destination)
+    }
+
     /// Frames queued for `destination`.
     pub fn depth(&self, destination: &AgentId) -> usize {
         self.queues.get(destination).map_or(0, BTreeMap::len)
