@@ -32,6 +32,7 @@
 //! agent = "bob"
 //! fingerprint = "3f…"             # SHA-256 of bob's certificate (hex)
 //! addr = "192.0.2.7:7400"         # optional: omit for accept-only peers
+//! via = "relay-1"                 # optional: also reach bob through this relay peer
 //! ```
 
 use std::collections::BTreeMap;
@@ -103,6 +104,11 @@ pub(crate) struct PeerConfig {
     pub(crate) fingerprint: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) addr: Option<String>,
+    /// Reach this peer through the relay of that `[[peers]]` entry
+    /// (abhyasa-spool); with `addr` too, direct first and the relay as
+    /// fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) via: Option<String>,
 }
 
 fn d_listen() -> String {
@@ -160,6 +166,8 @@ fn d_card_deadline() -> u64 {
 pub(crate) struct Peer {
     pub(crate) pin: PeerPin,
     pub(crate) addr: Option<SocketAddr>,
+    /// The relay peer this one is (also) reached through.
+    pub(crate) via: Option<AgentId>,
 }
 
 /// A checked config: every value parsed.
@@ -292,10 +300,34 @@ impl NodeConfig {
                         .map_err(|e| bad(&key("addr"), format!("{a:?}: {e}")))
                 })
                 .transpose()?;
+            let via = p
+                .via
+                .as_deref()
+                .map(|v| AgentId::new(v).map_err(|e| bad(&key("via"), e.to_string())))
+                .transpose()?;
             peers.push(Peer {
                 pin: PeerPin { agent, fingerprint },
                 addr,
+                via,
             });
+        }
+        // A relay named by `via` must itself be a pinned peer reached
+        // directly; one relay per node (one relayed link).
+        let relays: std::collections::BTreeSet<&AgentId> =
+            peers.iter().filter_map(|p| p.via.as_ref()).collect();
+        if relays.len() > 1 {
+            return Err(bad("peers.via", "at most one relay per node".into()));
+        }
+        for (i, p) in peers.iter().enumerate() {
+            if let Some(v) = &p.via {
+                let relay = peers.iter().find(|q| &q.pin.agent == v);
+                if relay.is_none_or(|r| r.via.is_some() || r.pin.agent == p.pin.agent) {
+                    return Err(bad(
+                        &format!("peers[{i}].via"),
+                        format!("{v} is not a [[peers]] entry reached directly"),
+                    ));
+                }
+            }
         }
         Ok(Resolved {
             agent,

@@ -89,13 +89,14 @@ async fn serve(a: RunArgs) -> Result<(), String> {
         .open(&cfg.store_path, &StoreOptions::default())
         .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?;
 
-    let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity, cfg.listen);
+    let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity.clone(), cfg.listen);
     for p in &cfg.peers {
         qcfg = qcfg.with_peer(p.pin.clone(), p.addr);
     }
     let transport = abhyasa_quic::start(qcfg)
         .await
         .map_err(|e| format!("QUIC transport on {}: {e}", cfg.listen))?;
+    let transport = super::relay::relayed_link(&cfg, &identity, transport);
     let listen = transport.handle.local_addr();
 
     let node = Node::open(options, store, transport)

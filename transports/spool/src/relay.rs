@@ -108,6 +108,7 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
         pushed: HashMap::new(),
         status: status.clone(),
         status_path: config.status_path,
+        published: std::time::Instant::now(),
     };
     daemon.publish();
     let task = tokio::spawn(async move { daemon.run(transport.incoming).await });
@@ -135,10 +136,13 @@ struct Daemon {
     pushed: HashMap<AgentId, HashSet<FrameKey>>,
     status: Arc<Mutex<SpoolStatus>>,
     status_path: Option<PathBuf>,
+    published: std::time::Instant,
 }
 
 /// Most incoming items folded into one spool commit.
 const BATCH: usize = 256;
+/// How often the status is refreshed when nothing changes.
+const PUBLISH_EVERY: Duration = Duration::from_secs(5);
 
 impl Daemon {
     async fn run(&mut self, mut incoming: mpsc::Receiver<Incoming>) {
@@ -169,6 +173,10 @@ impl Daemon {
                 Ok(gone) if !gone.is_empty() => self.publish(),
                 Ok(_) => {}
                 Err(e) => tracing::error!(%e, "spool expiry failed"),
+            }
+            // Ages move on without changes: refresh the status now and then.
+            if self.published.elapsed() >= PUBLISH_EVERY {
+                self.publish();
             }
         }
     }
@@ -367,7 +375,8 @@ impl Daemon {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        self.published = std::time::Instant::now();
         let st = self.spool.status(now());
         if let Some(path) = &self.status_path {
             if let Ok(json) = serde_json::to_vec_pretty(&st) {

@@ -131,6 +131,8 @@ pub struct DestinationStatus {
 /// A snapshot of the spool (`abhyasa relay status`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpoolStatus {
+    /// When these counts were taken, Unix seconds.
+    pub as_of_unix_seconds: i64,
     /// Frames held.
     pub frames: usize,
     /// Bytes held.
@@ -616,6 +618,7 @@ impl Spool {
             }
         }
         SpoolStatus {
+            as_of_unix_seconds: now.unix_micros().div_euclid(1_000_000),
             frames: self.by_key.len(),
             bytes: self.total_bytes,
             destinations: dests.into_values().collect(),
