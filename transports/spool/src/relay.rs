@@ -95,7 +95,12 @@ fn now() -> Timestamp {
 /// [`RelayHandle::shutdown`].
 pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
     let spool = Spool::open(&config.spool_path, config.limits.clone())?;
-    let serves: HashSet<AgentId> = config.quic.peers.iter().map(|p| p.pin.agent.clone()).collect();
+    let serves: HashSet<AgentId> = config
+        .quic
+        .peers
+        .iter()
+        .map(|p| p.pin.agent.clone())
+        .collect();
     let transport = abhyasa_quic::start(config.quic)
         .await
         .map_err(|e| RelayError::Transport(e.to_string()))?;
@@ -151,7 +156,8 @@ impl Daemon {
                 .spool
                 .next_expiry()
                 .map_or(Duration::from_secs(1), |t| {
-                    t.saturating_duration_since(now()).min(Duration::from_secs(1))
+                    t.saturating_duration_since(now())
+                        .min(Duration::from_secs(1))
                 });
             tokio::select! {
                 item = incoming.recv() => {
@@ -327,19 +333,17 @@ impl Daemon {
             return;
         }
         let skip = self.pushed.entry(dest.clone()).or_default();
-        let (frames, remaining) = match self.spool.pending_for(
-            now(),
-            dest,
-            budget.frames as usize,
-            budget.bytes,
-            skip,
-        ) {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::error!(%e, "spool read failed");
-                return;
-            }
-        };
+        let (frames, remaining) =
+            match self
+                .spool
+                .pending_for(now(), dest, budget.frames as usize, budget.bytes, skip)
+            {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::error!(%e, "spool read failed");
+                    return;
+                }
+            };
         if frames.is_empty() && !answer_pull {
             return;
         }

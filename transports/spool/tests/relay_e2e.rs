@@ -179,8 +179,14 @@ async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
     // Retries keep coming (backoff 100..400 ms) and collapse to one copy.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(edge_q(&relay), 4, "retries collapse to one copy each");
-    assert!(alice_stats.sealed_sent.load(Ordering::Relaxed) > 4, "custody retried");
-    assert!(alice_stats.accepted.load(Ordering::Relaxed) > 4, "every retry receipted");
+    assert!(
+        alice_stats.sealed_sent.load(Ordering::Relaxed) > 4,
+        "custody retried"
+    );
+    assert!(
+        alice_stats.accepted.load(Ordering::Relaxed) > 4,
+        "every retry receipted"
+    );
     // Receipts are not acks: nothing is discharged while the edge is away.
     let st = alice.durable_state().await.unwrap();
     assert_eq!(st.custodian.pending.len(), 4, "the relay acked nothing");
@@ -224,7 +230,10 @@ async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
         assert_eq!(out.state, TerminalState::Applied, "{id}");
     }
     let m = edge.metrics().await.unwrap();
-    assert_eq!(m.receiver_applied, 3, "each applied exactly once; the expired one never");
+    assert_eq!(
+        m.receiver_applied, 3,
+        "each applied exactly once; the expired one never"
+    );
     assert_eq!(edge_stats.rejected.load(Ordering::Relaxed), 0);
     // Delivered and the acks passing back empty the spool.
     until("the spool to drain", 10, || relay.status().frames == 0).await;
@@ -257,7 +266,10 @@ async fn hostile_relay(ids: &Ids) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         let send = |to: &str, s: Sealed| {
             let _ = handle.send(
                 &agent(to),
-                &Envelope::new(me.clone(), Message::Relay(RelayMessage::Sealed(Box::new(s)))),
+                &Envelope::new(
+                    me.clone(),
+                    Message::Relay(RelayMessage::Sealed(Box::new(s))),
+                ),
             );
         };
         while let Some(i) = incoming.recv().await {
@@ -357,9 +369,16 @@ async fn c_tr_5_hostile_relay_applies_and_discharges_nothing() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(out.state, TerminalState::Escalated, "a fabricated ack discharged custody");
+    assert_eq!(
+        out.state,
+        TerminalState::Escalated,
+        "a fabricated ack discharged custody"
+    );
     let m = edge.metrics().await.unwrap();
-    assert_eq!(m.receiver_applied, 0, "a tampered or replayed frame was applied");
+    assert_eq!(
+        m.receiver_applied, 0,
+        "a tampered or replayed frame was applied"
+    );
     assert!(edge_stats.rejected.load(Ordering::Relaxed) >= 2);
     assert!(alice_stats.rejected.load(Ordering::Relaxed) >= 1);
     assert_eq!(edge_stats.opened.load(Ordering::Relaxed), 0);
