@@ -176,7 +176,10 @@ impl Daemon {
                 () = tokio::time::sleep(wait) => {}
             }
             match self.spool.expire(now()) {
-                Ok(gone) if !gone.is_empty() => self.publish(),
+                Ok(gone) if !gone.is_empty() => {
+                    self.forget_pushed(&gone);
+                    self.publish();
+                }
                 Ok(_) => {}
                 Err(e) => tracing::error!(%e, "spool expiry failed"),
             }
@@ -258,6 +261,17 @@ impl Daemon {
             if let Err(e) = self.spool.remove(&keys) {
                 tracing::error!(%e, "spool removal failed");
             }
+            self.forget_pushed(&keys);
+        }
+    }
+
+    /// A frame that left the spool is no longer "pushed": a later copy
+    /// under the same key (a custodian's retry) is a new frame to push.
+    fn forget_pushed(&mut self, keys: &[FrameKey]) {
+        for set in self.pushed.values_mut() {
+            for k in keys {
+                set.remove(k);
+            }
         }
     }
 
@@ -298,7 +312,9 @@ impl Daemon {
                         .into_iter()
                         .filter(|k| self.spool.destination_of(k) == Some(&peer))
                         .collect();
-                    match self.spool.remove(&own) {
+                    let removed = self.spool.remove(&own);
+                    self.forget_pushed(&own);
+                    match removed {
                         Ok(n) => n > 0,
                         Err(e) => {
                             tracing::error!(%e, "spool removal failed");
