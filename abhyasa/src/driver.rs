@@ -718,6 +718,18 @@ impl Driver {
                 tracing::warn!(%peer, code = ?e.code, message = %e.message, "peer reported an error");
                 self.custodian.handle_error(now, peer, &e);
             }
+            // A relayed link (abhyasa-spool) consumes relay messages before
+            // they reach the driver; one that gets here came over a plain
+            // link and is answered as a peer without relay support would.
+            Message::Relay(_) => {
+                self.metrics.frames_bad += 1;
+                self.send(Transmit {
+                    to: peer.clone(),
+                    message: Message::Error(ProtocolError::from_peer_error(
+                        &abhyasa_core::PeerError::UnknownMessageType,
+                    )),
+                });
+            }
         }
     }
 

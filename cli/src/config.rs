@@ -48,6 +48,7 @@
 //! transport = "http"              # "quic" (default) or "http"; needs [http]
 //! url = "https://192.0.2.8:7443"  # carol's base URL (…/abhyasa/obligations, …/custody_ack)
 //! token = "…"                     # optional: a bearer credential carol may present instead of mTLS
+//! via = "relay-1"                 # optional: also reach bob through this relay peer
 //! ```
 
 use std::collections::BTreeMap;
@@ -146,6 +147,11 @@ pub(crate) struct PeerConfig {
     pub(crate) url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) token: Option<String>,
+    /// Reach this peer through the relay of that `[[peers]]` entry
+    /// (abhyasa-spool); with `addr` too, direct first and the relay as
+    /// fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) via: Option<String>,
 }
 
 fn d_listen() -> String {
@@ -208,6 +214,8 @@ pub(crate) struct Peer {
     pub(crate) http_url: Option<String>,
     /// A bearer credential the peer may present over HTTP instead of mTLS.
     pub(crate) token: Option<String>,
+    /// The relay peer this one is (also) reached through.
+    pub(crate) via: Option<AgentId>,
 }
 
 /// The checked `[http]` section.
@@ -438,11 +446,23 @@ impl NodeConfig {
                     "a QUIC address on an http peer; use url".into(),
                 ));
             }
+            let via = p
+                .via
+                .as_deref()
+                .map(|v| AgentId::new(v).map_err(|e| bad(&key("via"), e.to_string())))
+                .transpose()?;
+            if via.is_some() && http_url.is_some() {
+                return Err(bad(
+                    &key("via"),
+                    "a relay carries QUIC peers, not http ones".into(),
+                ));
+            }
             peers.push(Peer {
                 pin: PeerPin { agent, fingerprint },
                 addr,
                 http_url,
                 token: p.token.clone(),
+                via,
             });
         }
         let http = match &self.http {
@@ -482,6 +502,24 @@ impl NodeConfig {
                 })
             }
         };
+        // A relay named by `via` must itself be a pinned peer reached
+        // directly; one relay per node (one relayed link).
+        let relays: std::collections::BTreeSet<&AgentId> =
+            peers.iter().filter_map(|p| p.via.as_ref()).collect();
+        if relays.len() > 1 {
+            return Err(bad("peers.via", "at most one relay per node".into()));
+        }
+        for (i, p) in peers.iter().enumerate() {
+            if let Some(v) = &p.via {
+                let relay = peers.iter().find(|q| &q.pin.agent == v);
+                if relay.is_none_or(|r| r.via.is_some() || r.pin.agent == p.pin.agent) {
+                    return Err(bad(
+                        &format!("peers[{i}].via"),
+                        format!("{v} is not a [[peers]] entry reached directly"),
+                    ));
+                }
+            }
+        }
         Ok(Resolved {
             agent,
             listen,

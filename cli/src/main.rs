@@ -53,6 +53,10 @@ enum Command {
     Store(cmd::store::StoreCommand),
     /// Serves MCP on stdio: the v1 reference tools plus node tools.
     Mcp(abhyasa_mcp::McpArgs),
+    /// The store-and-forward relay: holds sealed frames for edges that are
+    /// reachable only sometimes; never takes custody, never acks.
+    #[command(subcommand)]
+    Relay(cmd::relay::RelayCommand),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Command::Authorizations(a) => cmd::client::authorizations(a),
         Command::Card(a) => cmd::client::card(a),
         Command::Store(c) => cmd::store::run(c),
+        Command::Relay(c) => cmd::relay::run(c),
         Command::Mcp(a) => a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket)),
     };
     match result {

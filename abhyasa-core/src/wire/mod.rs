@@ -20,6 +20,12 @@ mod pb {
     include!(concat!(env!("OUT_DIR"), "/abhyasa.v1.rs"));
 }
 
+pub mod relay;
+
+pub use relay::{
+    DedupKey, FrameKey, Refusal, RefusalCode, RelayMessage, RelayReceipt, SealError, Sealed,
+};
+
 /// The protocol version this implementation speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Default maximum frame size (1 MiB).
@@ -134,6 +140,10 @@ pub enum Message {
     StatusReply(StatusReply),
     /// Protocol error.
     Error(ProtocolError),
+    /// Store-and-forward: sealed frames, relay receipts, edge pull
+    /// (spec/protocol.md §7). A node without a relayed link answers it
+    /// `unknown_message_type`.
+    Relay(RelayMessage),
 }
 
 /// A frame: the sender and one message.
@@ -309,6 +319,7 @@ impl Envelope {
                 digest: e.digest.map(|d| d.0.to_vec()).unwrap_or_default(),
                 message: e.message.clone(),
             }),
+            Message::Relay(r) => relay::to_pb(r),
         };
         pb::Envelope {
             version: PROTOCOL_VERSION,
@@ -403,6 +414,13 @@ impl Envelope {
                 digest: opt_digest("digest", &e.digest)?,
                 message: e.message,
             }),
+            Some(Body::Sealed(s)) => Message::Relay(relay::sealed_from_pb(s)?),
+            Some(Body::RelayReceipt(r)) => Message::Relay(relay::receipt_from_pb(r)?),
+            Some(Body::Pull(p)) => Message::Relay(relay::pull_from_pb(p)?),
+            Some(Body::PullDone(d)) => Message::Relay(RelayMessage::PullDone {
+                remaining: d.remaining,
+            }),
+            Some(Body::Delivered(d)) => Message::Relay(relay::delivered_from_pb(d)?),
         };
         Ok(Envelope { sender, message })
     }

@@ -582,6 +582,10 @@ async fn outbound_loop(
             // Status queries have no HTTP form in v1: custody retries the
             // obligation instead, and the receiver re-acks (AB-3).
             Message::StatusQuery(_) | Message::StatusReply(_) => {}
+            // Relay frames have no HTTP form: a relayed link rides QUIC.
+            Message::Relay(_) => {
+                tracing::debug!(%peer, "relay frame has no HTTP form; not sent")
+            }
         }
     }
     guard.close().await;

@@ -4,4 +4,5 @@ pub(crate) mod client;
 pub(crate) mod demo;
 pub(crate) mod init;
 pub(crate) mod node;
+pub(crate) mod relay;
 pub(crate) mod store;

@@ -125,6 +125,8 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     let quic = abhyasa_quic::start(qcfg)
         .await
         .map_err(|e| format!("QUIC transport on {}: {e}", cfg.listen))?;
+    // Peers with `via` are (also) reached sealed through their relay.
+    let quic = super::relay::relayed_link(&cfg, &identity, quic);
     let listen = quic.handle.local_addr();
     let transport = match &cfg.http {
         None => quic,

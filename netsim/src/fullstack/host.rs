@@ -211,6 +211,7 @@ fn count_frames(t: Transport, truth: Truth) -> Transport {
                     Message::StatusQuery(_) => "status_query",
                     Message::StatusReply(_) => "status_reply",
                     Message::Error(_) => "error",
+                    Message::Relay(_) => "relay",
                 };
                 truth.count_frame(kind, envelope.encode().len());
             }

@@ -242,6 +242,8 @@ pub(crate) fn message(w: &mut dyn fmt::Write, msg: &Message) -> fmt::Result {
             write!(w, "reply {} {:?}", r.target, r.unknown)?;
             message(w, &Message::Acks(r.known.clone()))
         }
+        // The checker's network never carries relay frames.
+        Message::Relay(r) => write!(w, "relay {r:?}"),
     }
 }
 

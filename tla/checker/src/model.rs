@@ -408,7 +408,7 @@ impl AbhyasaModel {
                     }
                     Message::Error(e) => c.handle_error(now, &self.receiver_id, e),
                     Message::StatusReply(r) => c.handle_status_reply(now, &self.receiver_id, r),
-                    Message::Obligation(_) | Message::StatusQuery(_) => {}
+                    Message::Obligation(_) | Message::StatusQuery(_) | Message::Relay(_) => {}
                 }
                 self.custodian_input(&mut n, input);
             }

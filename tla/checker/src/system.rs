@@ -175,6 +175,7 @@ pub fn describe_message(m: &Message) -> String {
         Message::Error(e) => format!("error {:?} {:?}", e.code, e.obligation_id),
         Message::StatusQuery(ids) => format!("status-query {ids:?}"),
         Message::StatusReply(r) => format!("status-reply {} known", r.known.len()),
+        Message::Relay(r) => format!("relay {r:?}"),
     }
 }
 

@@ -69,6 +69,7 @@ pub enum SendError {
 #[derive(Clone, Debug)]
 pub struct TransportHandle {
     inner: Inner,
+    router: Option<Arc<dyn Router>>,
 }
 
 /// One transport's peer table, or several transports routed by peer
@@ -82,6 +83,27 @@ enum Inner {
     Routed(Arc<Routed>),
 }
 
+/// Reaches some peers another way than a direct link: a relayed link
+/// (`abhyasa-spool`) seals their frames and sends them to a relay. Installed
+/// with [`TransportHandle::with_router`]; the driver does not know.
+pub trait Router: Send + Sync + std::fmt::Debug {
+    /// Whether this router reaches `peer` at all.
+    fn routes(&self, peer: &AgentId) -> bool;
+    /// Sends `envelope` for `peer` the router's way, over `direct` (the
+    /// handle without the router). Called only when `routes(peer)` and no
+    /// direct link to `peer` is up (direct first).
+    fn send(
+        &self,
+        direct: &TransportHandle,
+        peer: &AgentId,
+        envelope: &Envelope,
+    ) -> Result<(), SendError>;
+    /// Whether the router's way to `peer` is up (its relay is connected).
+    fn is_connected(&self, direct: &TransportHandle, peer: &AgentId) -> bool;
+    /// Every peer the router reaches.
+    fn peers(&self) -> Vec<AgentId>;
+}
+
 impl TransportHandle {
     pub(crate) fn new(shared: Arc<Shared>, guard: DropGuard) -> Self {
         Self {
@@ -89,12 +111,14 @@ impl TransportHandle {
                 shared,
                 _stop_on_drop: Arc::new(guard),
             },
+            router: None,
         }
     }
 
     pub(crate) fn routed(routed: Arc<Routed>) -> Self {
         Self {
             inner: Inner::Routed(routed),
+            router: None,
         }
     }
 
@@ -121,6 +145,32 @@ impl TransportHandle {
         }
     }
 
+    /// This handle with `router` reaching the peers it routes whenever no
+    /// direct link to them is up (direct first, the router as fallback).
+    pub fn with_router(mut self, router: Arc<dyn Router>) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// This handle without its router: direct links only.
+    pub fn direct(&self) -> TransportHandle {
+        Self {
+            inner: self.inner.clone(),
+            router: None,
+        }
+    }
+
+    fn relay_route(&self, peer: &AgentId) -> Option<&Arc<dyn Router>> {
+        self.router
+            .as_ref()
+            .filter(|r| r.routes(peer) && self.direct_connections(peer) == 0)
+    }
+
+    /// Live direct connections to `peer` (0 when no part knows it).
+    fn direct_connections(&self, peer: &AgentId) -> usize {
+        self.part(peer).map_or(0, |s| s.connections(peer))
+    }
+
     /// This node's agent id.
     pub fn local(&self) -> &AgentId {
         match &self.inner {
@@ -139,15 +189,20 @@ impl TransportHandle {
     /// `peer`. Never blocks. `Ok` means queued, not delivered: custody owns
     /// retries.
     pub fn send(&self, peer: &AgentId, envelope: &Envelope) -> Result<(), SendError> {
+        if envelope.sender != *self.local() {
+            return Err(SendError::ForeignSender {
+                sender: envelope.sender.clone(),
+                local: self.local().clone(),
+            });
+        }
+        // Direct first; the router (a relayed link) only when no direct
+        // connection to the peer is up.
+        if let Some(r) = self.relay_route(peer) {
+            return r.send(&self.direct(), peer, envelope);
+        }
         let shared = self.part(peer)?;
         if shared.shutdown.is_cancelled() {
             return Err(SendError::Closed);
-        }
-        if envelope.sender != shared.local {
-            return Err(SendError::ForeignSender {
-                sender: envelope.sender.clone(),
-                local: shared.local.clone(),
-            });
         }
         let body = envelope.encode();
         let max = shared.config.max_frame;
@@ -204,17 +259,21 @@ impl TransportHandle {
 
     /// Whether at least one authenticated connection to `peer` is up.
     pub fn is_connected(&self, peer: &AgentId) -> bool {
-        self.part(peer).is_ok_and(|s| s.connections(peer) > 0)
+        self.direct_connections(peer) > 0
+            || self
+                .relay_route(peer)
+                .is_some_and(|r| r.is_connected(&self.direct(), peer))
     }
 
     /// Whether `peer` is in this transport's peer table (a pinned peer, or
     /// an endpoint of the in-memory network), connected or not: the peers
     /// a frame could ever be sent to.
     pub fn is_known(&self, peer: &AgentId) -> bool {
-        match &self.inner {
+        let direct = match &self.inner {
             Inner::Link { shared, .. } => shared.is_known(peer),
             Inner::Routed(r) => r.route(peer).is_some(),
-        }
+        };
+        direct || self.router.as_ref().is_some_and(|r| r.routes(peer))
     }
 
     /// Peers with at least one live connection, sorted.
@@ -224,7 +283,13 @@ impl TransportHandle {
 
     /// Every peer this transport accepts, sorted.
     pub fn known_peers(&self) -> Vec<AgentId> {
-        self.peers_where(|_| true)
+        let mut v = self.peers_where(|_| true);
+        if let Some(r) = &self.router {
+            v.extend(r.peers());
+            v.sort();
+            v.dedup();
+        }
+        v
     }
 
     fn peers_where(&self, pred: impl Fn(usize) -> bool + Copy) -> Vec<AgentId> {

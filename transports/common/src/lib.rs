@@ -44,6 +44,6 @@ mod stats;
 
 pub use backoff::{Backoff, BackoffSchedule};
 pub use config::LinkConfig;
-pub use handle::{SendError, Transport, TransportHandle};
+pub use handle::{Router, SendError, Transport, TransportHandle};
 pub use incoming::Incoming;
 pub use stats::TransportStats;

@@ -1,0 +1,315 @@
+//! A relayed link for a node: a wrapper around any [`Transport`] that
+//! reaches some peers through a relay.
+//!
+//! * **Out.** Frames for a relayed peer with no direct link up (direct
+//!   first, the relay as fallback) are sealed with this node's identity key
+//!   and sent to the relay, which is itself a pinned peer of the wrapped
+//!   transport. Obligations are held at most until their deadline; other
+//!   frames (acks, status) for `ack_hold`.
+//! * **In.** Sealed frames from the relay are opened against the origin's
+//!   pin ([`Opener`]) and handed to the node as frames **from the origin**,
+//!   so its receiver ledger is keyed on the origin (AB-3) and only the
+//!   target's acks discharge (C-TR-5). A frame that does not open is
+//!   reported `Unauthorized` against the relay and nothing of it is used.
+//!   Every frame taken from the relay is answered `Delivered`.
+//! * **Receipts** are hop acceptance only: counted in [`RelayedStats`] and
+//!   logged; they never reach the custodian, which keeps its schedule.
+//! * **Pull.** When the relay connects the node asks for its spooled
+//!   frames (`Pull`), and asks again while the relay reports more waiting.
+//!   The node dials out; it needs no public address.
+//!
+//! The driver does not know any of this: it sees an ordinary transport.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use abhyasa_core::wire::{Envelope, Message, RelayMessage};
+use abhyasa_core::{AgentId, Timestamp};
+use abhyasa_quic::{Identity, PeerPin};
+use abhyasa_transport::{Incoming, Router, SendError, Transport, TransportHandle};
+use tokio::sync::mpsc;
+
+use crate::seal::{Opener, SealFailure, Sealer};
+
+/// How a node reaches peers through one relay.
+#[derive(Debug, Clone)]
+pub struct RelayedConfig {
+    /// The relay (a pinned peer of the wrapped transport).
+    pub relay: AgentId,
+    /// The peers reached through it, with their pins (used to verify what
+    /// they seal).
+    pub peers: Vec<PeerPin>,
+    /// This node's identity (signs what it seals).
+    pub identity: Identity,
+    /// Frames per `Pull`.
+    pub pull_max_frames: u32,
+    /// Bytes per `Pull`.
+    pub pull_max_bytes: u64,
+    /// How long the relay holds this node's acks and status frames.
+    pub ack_hold: Duration,
+}
+
+impl RelayedConfig {
+    /// A configuration with default pull budget (256 frames, 4 MiB) and
+    /// ack hold (one day).
+    pub fn new(relay: AgentId, peers: Vec<PeerPin>, identity: Identity) -> Self {
+        Self {
+            relay,
+            peers,
+            identity,
+            pull_max_frames: 256,
+            pull_max_bytes: 4 << 20,
+            ack_hold: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// Counters of a relayed link.
+#[derive(Debug, Default)]
+pub struct RelayedStats {
+    /// Frames sealed and queued to the relay.
+    pub sealed_sent: AtomicU64,
+    /// Sealed frames opened and handed to the node.
+    pub opened: AtomicU64,
+    /// Sealed frames that did not open (tampered, replayed, misrouted).
+    pub rejected: AtomicU64,
+    /// Frames the relay receipted as spooled.
+    pub accepted: AtomicU64,
+    /// Frames the relay refused (any code).
+    pub refused: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+fn now() -> Timestamp {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    Timestamp::from_unix_micros(micros)
+}
+
+#[derive(Debug)]
+struct SealRouter {
+    relay: AgentId,
+    peers: HashSet<AgentId>,
+    sealer: Sealer,
+    ack_hold: Duration,
+    stats: Arc<RelayedStats>,
+}
+
+impl Router for SealRouter {
+    fn routes(&self, peer: &AgentId) -> bool {
+        self.peers.contains(peer)
+    }
+
+    fn send(
+        &self,
+        direct: &TransportHandle,
+        peer: &AgentId,
+        envelope: &Envelope,
+    ) -> Result<(), SendError> {
+        let expires_at = match &envelope.message {
+            // The deadline binds the relay too: never delivered after it.
+            Message::Obligation(o) => o.deadline_at(),
+            _ => now().saturating_add(self.ack_hold),
+        };
+        let sealed = self
+            .sealer
+            .seal(peer, envelope, expires_at)
+            .map_err(|e| match e {
+                SealFailure::TooLarge { size, max } => SendError::FrameTooLarge { size, max },
+                SealFailure::ForeignSender { sender, local } => {
+                    SendError::ForeignSender { sender, local }
+                }
+                other => {
+                    tracing::error!(%peer, error = %other, "cannot seal");
+                    SendError::NotConnected(peer.clone())
+                }
+            })?;
+        let outer = Envelope::new(
+            self.sealer.local().clone(),
+            Message::Relay(RelayMessage::Sealed(Box::new(sealed))),
+        );
+        direct.send(&self.relay, &outer).map_err(|e| match e {
+            // Report the peer the caller asked for, not the relay.
+            SendError::NotConnected(_) => SendError::NotConnected(peer.clone()),
+            SendError::QueueFull(_) => SendError::QueueFull(peer.clone()),
+            other => other,
+        })?;
+        bump(&self.stats.sealed_sent);
+        Ok(())
+    }
+
+    fn is_connected(&self, direct: &TransportHandle, _peer: &AgentId) -> bool {
+        direct.is_connected(&self.relay)
+    }
+
+    fn peers(&self) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = self.peers.iter().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+/// Wraps `transport` so the peers of `config` are reached through its
+/// relay. Returns the wrapped transport and the link's counters.
+pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<RelayedStats>) {
+    let Transport { handle, incoming } = transport;
+    let local = handle.local().clone();
+    let stats = Arc::new(RelayedStats::default());
+    let router = SealRouter {
+        relay: config.relay.clone(),
+        peers: config.peers.iter().map(|p| p.agent.clone()).collect(),
+        sealer: Sealer::new(local.clone(), config.identity.clone(), handle.max_frame()),
+        ack_hold: config.ack_hold,
+        stats: stats.clone(),
+    };
+    let opener = Opener::new(local, &config.peers);
+    let direct = handle.direct();
+    let handle = handle.with_router(Arc::new(router));
+    let (tx, rx) = mpsc::channel(1024);
+    let task = LinkTask {
+        direct,
+        relay: config.relay,
+        peers: config.peers.into_iter().map(|p| p.agent).collect(),
+        opener,
+        pull: (config.pull_max_frames.max(1), config.pull_max_bytes),
+        got_since_pull: 0,
+        stats: stats.clone(),
+        tx,
+    };
+    tokio::spawn(task.run(incoming));
+    (
+        Transport {
+            handle,
+            incoming: rx,
+        },
+        stats,
+    )
+}
+
+struct LinkTask {
+    direct: TransportHandle,
+    relay: AgentId,
+    peers: Vec<AgentId>,
+    opener: Opener,
+    pull: (u32, u64),
+    got_since_pull: u64,
+    stats: Arc<RelayedStats>,
+    tx: mpsc::Sender<Incoming>,
+}
+
+impl LinkTask {
+    async fn run(mut self, mut incoming: mpsc::Receiver<Incoming>) {
+        while let Some(item) = incoming.recv().await {
+            if self.handle(item).await.is_err() {
+                break;
+            }
+        }
+    }
+
+    fn to_relay(&self, m: RelayMessage) {
+        let env = Envelope::new(self.direct.local().clone(), Message::Relay(m));
+        if let Err(e) = self.direct.send(&self.relay, &env) {
+            tracing::debug!(relay = %self.relay, %e, "relay message not sent");
+        }
+    }
+
+    fn ask(&mut self) {
+        self.got_since_pull = 0;
+        self.to_relay(RelayMessage::Pull {
+            max_frames: self.pull.0,
+            max_bytes: self.pull.1,
+        });
+    }
+
+    async fn handle(&mut self, item: Incoming) -> Result<(), mpsc::error::SendError<Incoming>> {
+        match item {
+            Incoming::Frame { peer, envelope } if peer == self.relay => match envelope.message {
+                Message::Relay(RelayMessage::Sealed(s)) => {
+                    self.got_since_pull += 1;
+                    let key = s.key();
+                    match self.opener.open(&s) {
+                        Ok(inner) => {
+                            bump(&self.stats.opened);
+                            self.tx
+                                .send(Incoming::Frame {
+                                    peer: s.origin.clone(),
+                                    envelope: inner,
+                                })
+                                .await?;
+                        }
+                        Err(e) => {
+                            bump(&self.stats.rejected);
+                            tracing::warn!(relay = %peer, error = %e, "sealed frame rejected");
+                            self.tx
+                                .send(Incoming::Unauthorized {
+                                    peer: peer.clone(),
+                                    claimed: s.origin.clone(),
+                                })
+                                .await?;
+                        }
+                    }
+                    // Handed over (or never usable): the relay may drop it.
+                    // Custody, not the relay, covers a crash after this.
+                    self.to_relay(RelayMessage::Delivered(vec![key]));
+                }
+                Message::Relay(RelayMessage::Receipt(r)) => {
+                    // Hop acceptance only: never discharges or escalates.
+                    self.stats
+                        .accepted
+                        .fetch_add(r.accepted.len() as u64, Ordering::Relaxed);
+                    for x in &r.refused {
+                        bump(&self.stats.refused);
+                        tracing::warn!(
+                            relay = %peer,
+                            key = %x.key,
+                            code = x.code.as_str(),
+                            retry_after_seconds = x.retry_after_seconds,
+                            "relay refused a sealed frame; custody keeps retrying"
+                        );
+                    }
+                }
+                Message::Relay(RelayMessage::PullDone { remaining }) => {
+                    if remaining > 0 || self.got_since_pull > 0 {
+                        self.ask();
+                    }
+                }
+                message => {
+                    self.tx
+                        .send(Incoming::Frame {
+                            peer,
+                            envelope: Envelope {
+                                sender: envelope.sender,
+                                message,
+                            },
+                        })
+                        .await?
+                }
+            },
+            Incoming::Connected(peer) if peer == self.relay => {
+                self.tx.send(Incoming::Connected(peer)).await?;
+                self.ask();
+                for p in self.peers.clone() {
+                    if !self.direct.is_connected(&p) {
+                        self.tx.send(Incoming::Connected(p)).await?;
+                    }
+                }
+            }
+            Incoming::Disconnected(peer) if peer == self.relay => {
+                self.tx.send(Incoming::Disconnected(peer)).await?;
+                for p in self.peers.clone() {
+                    if !self.direct.is_connected(&p) {
+                        self.tx.send(Incoming::Disconnected(p)).await?;
+                    }
+                }
+            }
+            other => self.tx.send(other).await?,
+        }
+        Ok(())
+    }
+}
