@@ -228,7 +228,10 @@ async fn async_decline_and_defer_travel_back_to_the_custodian() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let s = bob.status(deferred.id()).await.unwrap();
-        if s.receiver.iter().any(|(_, o)| *o == LedgerOutcome::Deferred) {
+        if s.receiver
+            .iter()
+            .any(|(_, o)| *o == LedgerOutcome::Deferred)
+        {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "never deferred");
