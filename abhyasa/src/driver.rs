@@ -125,6 +125,10 @@ pub(crate) struct Driver {
     recent: HashMap<ObligationId, Outcome>,
     recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
+    /// Rate limit of warnings a peer can cause (malformed or foreign
+    /// frames, ignored acks, error frames): a hostile or broken peer must
+    /// not be able to fill the log (C-ND-5). Counted in metrics either way.
+    peer_warnings: abhyasa_transport::limit::WarnLimiter,
     max_batch_inputs: usize,
     shutdown: Option<oneshot::Sender<()>>,
 }
@@ -171,6 +175,7 @@ impl Driver {
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
+            peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
             max_batch_inputs,
             shutdown: None,
         }
@@ -648,7 +653,9 @@ impl Driver {
             }
             Incoming::Malformed { peer, error } => {
                 self.metrics.frames_bad += 1;
-                tracing::warn!(%peer, %error, "malformed frame");
+                if let Some(held) = self.peer_warnings.allow() {
+                    tracing::warn!(%peer, %error, held_back = held, "malformed frame");
+                }
                 let reply = ProtocolError::from_peer_error(&error);
                 self.send(Transmit {
                     to: peer.clone(),
@@ -661,7 +668,9 @@ impl Driver {
             }
             Incoming::Unauthorized { peer, claimed } => {
                 self.metrics.frames_bad += 1;
-                tracing::warn!(%peer, %claimed, "frame with a foreign sender dropped");
+                if let Some(held) = self.peer_warnings.allow() {
+                    tracing::warn!(%peer, %claimed, held_back = held, "frame with a foreign sender dropped");
+                }
                 let _ = self.events.send(NodeEvent::PeerMisbehaved {
                     peer,
                     what: format!("claimed to be {claimed}"),
@@ -708,14 +717,18 @@ impl Driver {
                 for a in &acks {
                     let d = self.custodian.handle_ack(now, peer, a);
                     if let AckDisposition::Ignored(why) = d {
-                        tracing::warn!(%peer, id = %a.obligation_id, ?why, "ack ignored");
+                        if let Some(held) = self.peer_warnings.allow() {
+                            tracing::warn!(%peer, id = %a.obligation_id, ?why, held_back = held, "ack ignored");
+                        }
                     }
                 }
             }
             Message::StatusQuery(ids) => self.receiver.handle_status_query(now, peer, &ids),
             Message::StatusReply(r) => self.custodian.handle_status_reply(now, peer, &r),
             Message::Error(e) => {
-                tracing::warn!(%peer, code = ?e.code, message = %e.message, "peer reported an error");
+                if let Some(held) = self.peer_warnings.allow() {
+                    tracing::warn!(%peer, code = ?e.code, message = %e.message, held_back = held, "peer reported an error");
+                }
                 self.custodian.handle_error(now, peer, &e);
             }
             // A relayed link (abhyasa-spool) consumes relay messages before

@@ -151,7 +151,13 @@ async fn c_nd_5_node_reads_are_paged() {
         .await
         .unwrap();
     let alice = Node::open(o, Box::new(SimStore::new()), t).await.unwrap();
-    // "carol" never joins: every obligation to her escalates at its deadline.
+    // "carol" joins and leaves at once (a known peer, never reachable):
+    // every obligation to her escalates at its deadline.
+    let carol = net
+        .join(agent("carol"), LinkConfig::default())
+        .await
+        .unwrap();
+    carol.handle.shutdown().await;
     let mut ids = Vec::new();
     for i in 0..7 {
         let ob = revoke_to(clock.now(), &format!("ob-{i}"), "carol");

@@ -95,7 +95,7 @@ fn call(dir: &Path, req: &Value) -> Option<Value> {
 }
 
 fn count(dir: &Path, state: &str) -> Option<usize> {
-    call(dir, &json!({"op": "list", "state": state}))?["result"]
+    call(dir, &json!({"op": "list", "state": state}))?["result"]["items"]
         .as_array()
         .map(Vec::len)
 }

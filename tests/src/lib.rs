@@ -320,7 +320,20 @@ impl Env {
     }
 
     async fn open_node(&mut self, name: &str) -> Result<Node, BoxError> {
-        let t = self.transport(name).await?;
+        // A restarted bob rebinds his port: the previous endpoint's socket
+        // is closed by `shutdown`, but the kernel may take a moment to let
+        // the address go (UDP for QUIC). Retry the bind briefly.
+        let mut tries = 0;
+        let t = loop {
+            match self.transport(name).await {
+                Ok(t) => break t,
+                Err(e) if tries < 40 && e.to_string().contains("in use") => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let store = self.store(name)?;
         Ok(Node::open(self.options(name), store, t).await?)
     }

@@ -239,7 +239,7 @@ impl PgStore {
             Some(v) => v,
             None => {
                 store.write(|t| kv::init_format(t))?;
-                abhyasa_core::store::FORMAT_VERSION
+                abhyasa_store::FORMAT_VERSION
             }
         };
         if let Some(every) = options.renew_every {

@@ -273,11 +273,9 @@ fn newer_format_version_is_refused() {
     let p = cluster::partition("format");
     let opts = options("n", Duration::from_secs(30), None);
     let s = PgStore::open(url, &p, &opts).unwrap();
-    assert_eq!(s.format_version(), abhyasa_core::store::FORMAT_VERSION);
+    assert_eq!(s.format_version(), abhyasa_store::FORMAT_VERSION);
     drop(s);
-    let newer = (abhyasa_core::store::FORMAT_VERSION + 1)
-        .to_be_bytes()
-        .to_vec();
+    let newer = (abhyasa_store::FORMAT_VERSION + 1).to_be_bytes().to_vec();
     let n = sql(url)
         .execute(
             "UPDATE abhyasa_rows SET value = $2
@@ -288,8 +286,8 @@ fn newer_format_version_is_refused() {
     assert_eq!(n, 1);
     match PgStore::open(url, &p, &opts) {
         Err(StoreError::NewerFormat { found, supported }) => {
-            assert_eq!(found, abhyasa_core::store::FORMAT_VERSION + 1);
-            assert_eq!(supported, abhyasa_core::store::FORMAT_VERSION);
+            assert_eq!(found, abhyasa_store::FORMAT_VERSION + 1);
+            assert_eq!(supported, abhyasa_store::FORMAT_VERSION);
         }
         other => panic!("newer format opened: {other:?}"),
     }
