@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{generate_identity, Fingerprint, Identity, PeerPin, QuicConfig};
+use abhyasa_quic::{Fingerprint, Identity, PeerPin, QuicConfig};
 use abhyasa_spool::{RelayConfig, RelayedConfig, SpoolLimits, SpoolStatus};
 use abhyasa_transport::Transport;
 use serde::{Deserialize, Serialize};
@@ -148,13 +148,7 @@ fn init(a: InitArgs) -> Result<(), String> {
             a.dir.display()
         ));
     }
-    let ident_dir = a.dir.join("identity");
-    std::fs::create_dir_all(&ident_dir)
-        .map_err(|e| format!("cannot create {}: {e}", ident_dir.display()))?;
-    let identity = generate_identity(&agent).map_err(|e| format!("key generation: {e}"))?;
-    identity
-        .save_pem(&ident_dir.join("cert.pem"), &ident_dir.join("key.pem"))
-        .map_err(|e| e.to_string())?;
+    let identity = super::init::create_identity(&a.dir, &agent)?;
     let file: RelayFile = toml::from_str(&format!("agent = {:?}", agent.as_str()))
         .map_err(|e| format!("config: {e}"))?;
     let file = RelayFile {
@@ -164,19 +158,15 @@ fn init(a: InitArgs) -> Result<(), String> {
     let text = toml::to_string(&file).map_err(|e| format!("config: {e}"))?;
     let header = "# Abhyasa relay config. Pin custodians and edges with [[peers]]\n\
                   # entries (agent, fingerprint), as for nodes.\n";
-    let path = a.dir.join(CONFIG_FILE);
-    std::fs::write(&path, format!("{header}{text}"))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let fp = identity.pin(agent.clone()).fingerprint;
-    println!("Initialised relay {} in {}", agent, a.dir.display());
-    println!("fingerprint: {fp}");
-    println!();
-    println!("Paste this into the config.toml of each node that uses it:");
-    println!();
-    println!("[[peers]]");
-    println!("agent = {:?}", agent.as_str());
-    println!("fingerprint = \"{fp}\"");
-    println!("addr = {:?}", a.listen);
+    super::init::write_config(&a.dir, header, &text)?;
+    super::init::announce(
+        "relay",
+        &a.dir,
+        &agent,
+        &identity,
+        &a.listen,
+        "each node that uses it",
+    );
     Ok(())
 }
 
