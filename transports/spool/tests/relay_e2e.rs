@@ -175,10 +175,19 @@ async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
             .find(|d| d.destination.as_str() == "edge")
             .map_or(0, |d| d.depth)
     };
-    until("four frames spooled", 10, || edge_q(&relay) == 4).await;
+    until("four frames spooled", 10, || edge_q(&relay) >= 4).await;
     // Retries keep coming (backoff 100..400 ms) and collapse to one copy.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(edge_q(&relay), 4, "retries collapse to one copy each");
+    // Four obligation frames, and at most one status query: alice asks
+    // what became of what it holds for the edge when its driver sees the
+    // edge "up" (the relay is reachable), which on a loaded machine can
+    // come after the offers. Every status query to one destination shares
+    // one key, so that is one frame however often it is asked.
+    let held = edge_q(&relay);
+    assert!(
+        (4..=5).contains(&held),
+        "retries collapse to one copy each, held {held}"
+    );
     assert!(
         alice_stats.sealed_sent.load(Ordering::Relaxed) > 4,
         "custody retried"
@@ -200,17 +209,18 @@ async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
         .unwrap();
     assert_eq!(out.state, TerminalState::Escalated);
     assert_eq!(out.escalation.unwrap().cause, EscalationCause::Unreachable);
+    let expired = |r: &abhyasa_spool::RelayHandle| {
+        r.status()
+            .destinations
+            .iter()
+            .find(|d| d.destination.as_str() == "edge")
+            .map_or(0, |d| d.expired)
+    };
     until("the short frame to expire at the relay", 20, || {
-        edge_q(&relay) == 3
+        expired(&relay) == 1
     })
     .await;
-    let expired = relay
-        .status()
-        .destinations
-        .iter()
-        .find(|d| d.destination.as_str() == "edge")
-        .map_or(0, |d| d.expired);
-    assert_eq!(expired, 1);
+    assert_eq!(edge_q(&relay), held - 1, "only the short frame expired");
 
     // The edge dials out to the relay and gets everything still held.
     let (edge, edge_stats) = relayed_node(
