@@ -42,9 +42,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Custody throughput and latency over loopback QUIC.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Store: redb, sled or all.
+    /// Store: redb, sled, all (redb and sled) or postgres.
     #[arg(long, default_value = "all")]
     store: String,
+    /// The database of `--store postgres` (default: env ABHYASA_PG_URL).
+    #[arg(long)]
+    postgres_url: Option<String>,
     /// Obligations per saturation run.
     #[arg(long, default_value_t = 50_000)]
     count: usize,
@@ -84,13 +87,44 @@ struct Figures {
     retries_alice: u64,
 }
 
+/// Where the two nodes keep their custody.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// An embedded store in a temporary directory.
+    Embedded(StoreKind),
+    /// A PostgreSQL database (`--postgres-url` or `ABHYASA_PG_URL`): each
+    /// run's two agents get fresh partitions.
+    Postgres(String),
+}
+
+impl Backend {
+    fn name(&self) -> &str {
+        match self {
+            Backend::Embedded(k) => k.as_str(),
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+}
+
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let stores = match args.store.as_str() {
-        "all" => vec![StoreKind::Redb, StoreKind::Sled],
-        s => vec![s
-            .parse::<StoreKind>()
-            .map_err(|e| format!("--store: {e}"))?],
+        "all" => vec![
+            Backend::Embedded(StoreKind::Redb),
+            Backend::Embedded(StoreKind::Sled),
+        ],
+        "postgres" => {
+            let url = args
+                .postgres_url
+                .clone()
+                .or_else(|| std::env::var(abhyasa_pg::URL_ENV).ok())
+                .ok_or("--store postgres needs --postgres-url or ABHYASA_PG_URL")?;
+            vec![Backend::Postgres(url)]
+        }
+        s => vec![Backend::Embedded(
+            s.parse::<StoreKind>()
+                .map_err(|e| format!("--store: {e} (or \"postgres\")"))?,
+        )],
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -137,13 +171,41 @@ struct Pair {
     _dir: tempfile::TempDir,
 }
 
-async fn pair(kind: StoreKind) -> Result<Pair, BoxError> {
+async fn pair(backend: &Backend) -> Result<Pair, BoxError> {
     let dir = tempfile::tempdir()?;
-    let (a_id, b_id) = (AgentId::new("alice")?, AgentId::new("bob")?);
+    // On PostgreSQL every pair gets fresh partitions (the agent id is the
+    // partition), so runs never see each other's rows.
+    let suffix = match backend {
+        Backend::Embedded(_) => String::new(),
+        Backend::Postgres(_) => format!(
+            "-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_micros()
+        ),
+    };
+    let (a_id, b_id) = (
+        AgentId::new(format!("alice{suffix}"))?,
+        AgentId::new(format!("bob{suffix}"))?,
+    );
     let (a_ident, b_ident) = (generate_identity(&a_id)?, generate_identity(&b_id)?);
-    let open = |name: &str| {
-        let path = dir.path().join(format!("{name}.{}", kind.as_str()));
-        kind.open(path, &StoreOptions::default())
+    let open = async |name: &AgentId| -> Result<Box<dyn abhyasa_core::store::Store>, BoxError> {
+        Ok(match backend {
+            Backend::Embedded(kind) => {
+                let path = dir.path().join(format!("{name}.{}", kind.as_str()));
+                kind.open(path, &StoreOptions::default())?
+            }
+            // The synchronous client runs its own runtime: off this one.
+            Backend::Postgres(url) => {
+                let (url, name) = (url.clone(), name.clone());
+                Box::new(
+                    tokio::task::spawn_blocking(move || {
+                        abhyasa_pg::PgStore::open(&url, &name, &abhyasa_pg::PgOptions::default())
+                    })
+                    .await??,
+                )
+            }
+        })
     };
     let b_cfg = QuicConfig::new(b_id.clone(), b_ident.clone(), "127.0.0.1:0".parse()?)
         .with_peer(a_ident.pin(a_id.clone()), None);
@@ -152,12 +214,18 @@ async fn pair(kind: StoreKind) -> Result<Pair, BoxError> {
         .handle
         .local_addr()
         .ok_or("bob has no address")?;
-    let bob = Node::open(NodeOptions::new(b_id.clone()), open("bob")?, b_transport).await?;
+    let bob = Node::open(
+        NodeOptions::new(b_id.clone()),
+        open(&b_id).await?,
+        b_transport,
+    )
+    .await?;
     let a_cfg = QuicConfig::new(a_id.clone(), a_ident, "127.0.0.1:0".parse()?)
         .with_peer(b_ident.pin(b_id.clone()), Some(b_addr));
+    let a_store = open(&a_id).await?;
     let alice = Node::open(
         NodeOptions::new(a_id),
-        open("alice")?,
+        a_store,
         abhyasa_quic::start(a_cfg).await?,
     )
     .await?;
@@ -235,11 +303,11 @@ async fn wait_until(
     Ok(())
 }
 
-async fn bench(kind: StoreKind, args: &Args) -> Result<Figures, BoxError> {
+async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let n = args.count;
 
     // Custody saturation.
-    let p = Arc::new(pair(kind).await?);
+    let p = Arc::new(pair(&kind).await?);
     let base = p.alice.metrics().await?.applied;
     let t0 = Instant::now();
     offer_all(&p, "cu", n, args.concurrency, -0.1).await?;
@@ -256,7 +324,7 @@ async fn bench(kind: StoreKind, args: &Args) -> Result<Figures, BoxError> {
     shutdown(p).await?;
 
     // Best-effort saturation, on a fresh pair.
-    let p = Arc::new(pair(kind).await?);
+    let p = Arc::new(pair(&kind).await?);
     let base = p.bob.metrics().await?.receiver_applied;
     let t0 = Instant::now();
     offer_all(&p, "be", n, args.concurrency, 0.1).await?;
@@ -276,7 +344,7 @@ async fn bench(kind: StoreKind, args: &Args) -> Result<Figures, BoxError> {
     shutdown(p).await?;
 
     // Latency at a paced load, on a fresh pair.
-    let p = Arc::new(pair(kind).await?);
+    let p = Arc::new(pair(&kind).await?);
     let total = usize::try_from(args.rate * args.seconds)?;
     let started: Arc<Mutex<HashMap<ObligationId, Instant>>> = Arc::default();
     let mut events = p.alice.subscribe();
@@ -335,7 +403,7 @@ async fn bench(kind: StoreKind, args: &Args) -> Result<Figures, BoxError> {
         lat[at].as_secs_f64() * 1e3
     };
     let figures = Figures {
-        store: kind.as_str().to_string(),
+        store: kind.name().to_string(),
         count: n,
         custody_per_s: n as f64 / custody_s,
         best_effort_per_s: be_applied as f64 / be_s,

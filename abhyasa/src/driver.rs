@@ -193,7 +193,7 @@ impl Driver {
     }
 
     /// Runs until shutdown, a store failure, or every handle is dropped.
-    pub(crate) async fn run(mut self) {
+    pub(crate) async fn run(mut self) -> Result<(), NodeError> {
         let span = tracing::info_span!("node", agent = %self.agent);
         let _enter = span.enter();
         tracing::info!(pending = self.custodian.pending_len(), "node started");
@@ -218,6 +218,7 @@ impl Driver {
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
+        result
     }
 
     async fn main_loop(&mut self) -> Result<(), NodeError> {

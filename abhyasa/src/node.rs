@@ -18,7 +18,7 @@ use abhyasa_core::{
     AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
 };
 use abhyasa_transport::Transport;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
 use crate::clock::Clock;
@@ -51,6 +51,8 @@ pub struct Node {
     store_jobs: StoreJobs,
     clock: Arc<dyn Clock>,
     transport: abhyasa_transport::TransportHandle,
+    /// Set once the driver has ended: how it ended.
+    stopped: watch::Receiver<Option<Result<(), Arc<NodeError>>>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -152,7 +154,11 @@ impl Node {
             options.max_batch_inputs,
         )
         .with_async_applier(options.async_applier);
-        tokio::spawn(driver.run());
+        let (stopped_tx, stopped) = watch::channel(None);
+        tokio::spawn(async move {
+            let result = driver.run().await.map_err(Arc::new);
+            stopped_tx.send_replace(Some(result));
+        });
         crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {
             agent,
@@ -162,6 +168,7 @@ impl Node {
             store_jobs,
             clock: options.clock,
             transport,
+            stopped,
         })
     }
 
@@ -440,6 +447,25 @@ impl Node {
         retention: Duration,
     ) -> Result<crate::compaction::CompactionReport, NodeError> {
         crate::compaction::run(&self.commands, retention).await
+    }
+
+    /// Waits until the node has stopped and says how: `Ok(())` after
+    /// [`Node::shutdown`] (or once every handle is dropped), the error when
+    /// it stopped on its own because it could no longer keep its promise
+    /// durably (a failed commit, or a store that reports it was taken over:
+    /// [`abhyasa_core::store::StoreError::Fenced`]). A process embedding
+    /// the node should exit or restart on the error, never serve on.
+    ///
+    /// Cancellation: a wait; dropping it changes nothing.
+    pub async fn stopped(&self) -> Result<(), Arc<NodeError>> {
+        let mut rx = self.stopped.clone();
+        let done = match rx.wait_for(Option::is_some).await {
+            Ok(done) => done.clone(),
+            // The driver task was dropped without a word (runtime shut
+            // down): it stopped, with nothing more to say.
+            Err(_) => Some(Err(Arc::new(NodeError::Stopped))),
+        };
+        done.unwrap_or(Ok(()))
     }
 
     /// Stops the node after flushing what is in flight.

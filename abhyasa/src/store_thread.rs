@@ -224,6 +224,9 @@ fn run_job(
     }
 }
 
+/// How often an idle store thread asks [`Store::health`].
+const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Starts the store thread. Commit results come back on the returned
 /// receiver; the thread ends when the job sender is dropped.
 pub(crate) fn spawn(
@@ -238,11 +241,29 @@ pub(crate) fn spawn(
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let handle = thread::Builder::new()
         .name("abhyasa-store".into())
-        .spawn(move || {
-            while let Ok(job) = rx.recv() {
-                if !run_job(store.as_mut(), job, &done_tx, &log) {
-                    break;
+        .spawn(move || loop {
+            match rx.recv_timeout(HEALTH_EVERY) {
+                Ok(job) => {
+                    if !run_job(store.as_mut(), job, &done_tx, &log) {
+                        break;
+                    }
                 }
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    // Idle: a store that can no longer be written (its
+                    // lease was taken over) stops the node now, as a
+                    // failed commit would, rather than at the next offer.
+                    if let Err(e) = store.health() {
+                        let _ = done_tx.send(CommitDone {
+                            custodian: None,
+                            receiver: None,
+                            records: 0,
+                            micros: 0,
+                            result: Err(e),
+                        });
+                        break;
+                    }
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
             }
         })?;
     Ok((StoreJobs::Thread(tx), done_rx, Some(handle)))

@@ -61,6 +61,17 @@ pub enum Disk {
     Redb,
     /// `abhyasa-store`'s sled engine, in a temporary directory.
     Sled,
+    /// `abhyasa-pg` on the database named by `ABHYASA_PG_URL` (CI starts
+    /// one), a fresh partition per node per world. Without the variable
+    /// the cell is skipped, saying so ([`postgres_url`]).
+    Postgres,
+}
+
+/// The database of the [`Disk::Postgres`] cells, if any.
+pub fn postgres_url() -> Option<String> {
+    std::env::var(abhyasa_pg::URL_ENV)
+        .ok()
+        .filter(|u| !u.is_empty())
 }
 
 /// One cell of the matrix.
@@ -247,6 +258,9 @@ struct Env {
     sims: [SharedSim; 2],
     alice_plug: Plug,
     bob_plug: Plug,
+    /// This world's partitions' prefix on PostgreSQL: unique per world, so
+    /// cells sharing the database never see each other's rows.
+    pg_prefix: String,
 }
 
 impl Env {
@@ -268,12 +282,29 @@ impl Env {
         self.dir.path().join(format!("{name}.db"))
     }
 
-    fn store(&self, name: &str) -> Result<Box<dyn Store>, BoxError> {
+    async fn store(&self, name: &str) -> Result<Box<dyn Store>, BoxError> {
         let i = usize::from(name == BOB);
         Ok(match self.backend.disk {
             Disk::Sim => Box::new(self.sims[i].clone()),
             Disk::Redb => StoreKind::Redb.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Sled => StoreKind::Sled.open(self.store_path(name), &StoreOptions::default())?,
+            Disk::Postgres => {
+                let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
+                let mut o = abhyasa_pg::PgOptions::default();
+                let partition = format!("{}-{name}", self.pg_prefix);
+                // One holder name per node: a restart takes its partition
+                // back at once (the previous store ended its lease anyway).
+                o.holder = partition.clone();
+                o.partition = Some(partition);
+                let agent = agent(name);
+                // The synchronous client runs its own runtime: off this one.
+                Box::new(
+                    tokio::task::spawn_blocking(move || {
+                        abhyasa_pg::PgStore::open(&url, &agent, &o)
+                    })
+                    .await??,
+                )
+            }
         })
     }
 
@@ -334,9 +365,20 @@ impl Env {
                 Err(e) => return Err(e),
             }
         };
-        let store = self.store(name)?;
+        let store = self.store(name).await?;
         Ok(Node::open(self.options(name), store, t).await?)
     }
+}
+
+/// A name no other world (in this or another test process) uses.
+fn unique_prefix() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("conformance-{}-{nanos}-{n}", std::process::id())
 }
 
 /// Two nodes, alice (custodian) and bob (receiver), on one backend.
@@ -369,6 +411,7 @@ impl World {
             sims: [SharedSim::default(), SharedSim::default()],
             alice_plug: alice_plug.clone(),
             bob_plug: bob_plug.clone(),
+            pg_prefix: unique_prefix(),
         };
         let bob = env.open_node(BOB).await?;
         let alice = env.open_node(ALICE).await?;

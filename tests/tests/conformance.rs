@@ -1,6 +1,7 @@
 //! The conformance suite (shared/CONFORMANCE.md) through the node, one
 //! body per id, each run over every transport × store:
-//! `{mem, quic, ws} × {sim, redb, sled}`. A failure names its cell
+//! `{mem, quic, ws} × {sim, redb, sled, pg}` (the `pg` cells need
+//! `ABHYASA_PG_URL`, which `.ci/run` sets). A failure names its cell
 //! (`c_ab4_1_total_loss::quic_sled`).
 //!
 //! ```sh
@@ -26,12 +27,17 @@ macro_rules! matrix {
             matrix!(@cells $scenario;
                 mem_sim: Mem Sim, mem_redb: Mem Redb, mem_sled: Mem Sled,
                 quic_sim: Quic Sim, quic_redb: Quic Redb, quic_sled: Quic Sled,
-                ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled);
+                ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled,
+                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres);
         }
     )*};
     (@cells $scenario:ident; $($cell:ident: $net:ident $disk:ident),*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $cell() {
+            if Disk::$disk == Disk::Postgres && abhyasa_conformance::postgres_url().is_none() {
+                eprintln!("SKIPPED: no PostgreSQL (set ABHYASA_PG_URL; .ci/run does)");
+                return;
+            }
             super::$scenario(Backend::new(Net::$net, Disk::$disk)).await
         }
     )*};

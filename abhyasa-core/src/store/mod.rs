@@ -553,6 +553,17 @@ pub trait Store: Send {
 
     /// Drops what is past retention (see the module docs), atomically.
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError>;
+
+    /// Whether the store can still be written, asked while the node is
+    /// idle (the store thread asks about every half second between jobs).
+    /// An error stops the node just as a failed commit does. Embedded
+    /// stores have nothing to report; a store whose ownership is leased
+    /// (PostgreSQL) reports a takeover ([`StoreError::Fenced`]) here, so an
+    /// owner that was replaced while it had nothing to commit stops at once
+    /// instead of holding custody it can no longer write (C-FL-1).
+    fn health(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {
@@ -598,6 +609,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
         (**self).compact(now, retention)
+    }
+    fn health(&self) -> Result<(), StoreError> {
+        (**self).health()
     }
 }
 

@@ -169,6 +169,18 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        // The node stopped on its own (a failed commit, or the store was
+        // taken over by a standby): exit with its reason, so a supervisor
+        // sees the failure rather than a process that answers nothing.
+        stopped = node.stopped() => {
+            control_task.abort();
+            drop(socket);
+            events_task.abort();
+            return match stopped {
+                Ok(()) => Ok(()),
+                Err(e) => Err(format!("node stopped: {e}")),
+            };
+        }
     }
     control_task.abort();
     drop(socket);

@@ -3,6 +3,8 @@
 //! client. Shared by `cli.rs` and `kill_nine.rs`.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub(crate) mod custody;
+
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

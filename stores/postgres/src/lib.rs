@@ -84,6 +84,10 @@ pub struct PgOptions {
     pub renew_every: Option<Duration>,
     /// What to do while another live holder owns the partition.
     pub takeover: Takeover,
+    /// The partition to hold (`None`: the agent id). Lets several
+    /// deployments (or test runs) that reuse agent names share one
+    /// database without seeing each other's rows.
+    pub partition: Option<String>,
 }
 
 impl Default for PgOptions {
@@ -94,6 +98,7 @@ impl Default for PgOptions {
             lease,
             renew_every: Some(lease / 3),
             takeover: Takeover::Fail,
+            partition: None,
         }
     }
 }
@@ -197,14 +202,17 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Opens the partition of `agent` in the database at `url`: migrates
-    /// the schema, takes ownership (see [`Takeover`]), checks the format
+    /// Opens the partition of `agent` (or [`PgOptions::partition`]) in the
+    /// database at `url`: migrates the schema, takes ownership (see [`Takeover`]), checks the format
     /// version and starts the lease renewal. Fails with
     /// [`StoreError::Owned`] while another live holder owns it (under
     /// [`Takeover::Fail`]) and [`StoreError::NewerFormat`] for a database
     /// written by a newer build.
     pub fn open(url: &str, agent: &AgentId, options: &PgOptions) -> Result<Self, StoreError> {
-        let partition = agent.as_str().to_string();
+        let partition = options
+            .partition
+            .clone()
+            .unwrap_or_else(|| agent.as_str().to_string());
         let mut client = connect(url, options.lease)?;
         migrate::migrate(&mut client)?;
         let epoch = loop {
@@ -369,6 +377,12 @@ impl PgStore {
         })();
         let closed = client.is_closed();
         drop(client);
+        if result.is_ok() {
+            // The fencing check extended the lease.
+            if let Some(r) = &self.renewer {
+                r.renewed();
+            }
+        }
         result.map_err(|e| self.fail(e, closed))
     }
 
@@ -447,6 +461,47 @@ impl Store for PgStore {
 
     fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         self.read(|v| kv::events(v, from, limit))
+    }
+
+    /// Refuses once the partition is no longer surely ours: the renewal
+    /// thread saw another epoch in force ([`StoreError::Fenced`]), or the
+    /// lease went a whole term without being extended (the database was
+    /// out of reach, so a standby may have taken over). Either way the node
+    /// stops now, even with nothing to commit (C-FL-1).
+    fn health(&self) -> Result<(), StoreError> {
+        self.check_usable()?;
+        let Some(r) = &self.renewer else {
+            return Ok(());
+        };
+        if r.lost.load(Ordering::SeqCst) {
+            let mut client = self.lock();
+            return Err(owner::fenced(&mut *client, &self.partition, self.epoch));
+        }
+        let since = r.since_renewal();
+        if since > self.lease {
+            // A whole term without renewal (this process was paused, or the
+            // database out of reach): ask the database itself.
+            let mut client = self.lock();
+            match owner::renew(&mut *client, &self.partition, self.epoch, self.lease) {
+                Ok(true) => {
+                    drop(client);
+                    r.renewed();
+                    return Ok(());
+                }
+                Ok(false) => return Err(owner::fenced(&mut *client, &self.partition, self.epoch)),
+                Err(_) => {}
+            }
+            return Err(refused(
+                "renew lease",
+                format!(
+                    "the lease ({} ms) was not extended for {} ms (is the database \
+                     reachable?); a standby may own the partition now",
+                    self.lease.as_millis(),
+                    since.as_millis()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {

@@ -10,9 +10,9 @@
 //! by the database and a stale owner's commit is refused.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use abhyasa_core::store::StoreError;
 use postgres::{Client, GenericClient, Transaction};
@@ -89,7 +89,7 @@ pub(crate) fn fence(
 }
 
 /// Extends the lease of `epoch`; false if `epoch` no longer owns it.
-fn renew(
+pub(crate) fn renew(
     c: &mut impl GenericClient,
     partition: &str,
     epoch: i64,
@@ -140,6 +140,26 @@ pub(crate) struct Renewer {
     handle: Option<thread::JoinHandle<()>>,
     /// Set once a renewal found another epoch in force.
     pub(crate) lost: Arc<AtomicBool>,
+    /// When the lease was last extended (by this thread or a commit): on
+    /// this machine's monotonic clock, to tell how long the lease may have
+    /// been lapsing while the database was out of reach.
+    pub(crate) renewed_at: Arc<Mutex<Instant>>,
+}
+
+impl Renewer {
+    /// Notes that the lease was extended now (a commit's fencing check
+    /// extends it too).
+    pub(crate) fn renewed(&self) {
+        *self.renewed_at.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// How long since the lease was last extended.
+    pub(crate) fn since_renewal(&self) -> Duration {
+        self.renewed_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
 }
 
 impl Renewer {
@@ -154,6 +174,8 @@ impl Renewer {
         let (stop, rx) = mpsc::channel::<()>();
         let lost = Arc::new(AtomicBool::new(false));
         let flag = lost.clone();
+        let renewed_at = Arc::new(Mutex::new(Instant::now()));
+        let stamp = renewed_at.clone();
         let handle = thread::Builder::new()
             .name("abhyasa-pg-lease".into())
             .spawn(move || loop {
@@ -169,7 +191,7 @@ impl Renewer {
                 }
                 let Some(c) = client.as_mut() else { continue };
                 match renew(c, &partition, epoch, lease) {
-                    Ok(true) => {}
+                    Ok(true) => *stamp.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now(),
                     Ok(false) => {
                         flag.store(true, Ordering::SeqCst);
                         return;
@@ -185,6 +207,7 @@ impl Renewer {
             stop: Some(stop),
             handle: Some(handle),
             lost,
+            renewed_at,
         })
     }
 }
