@@ -37,6 +37,7 @@ use super::record::{
     ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, PendingRecord,
     Reconciliation, Record, TerminalState, TerminalSummary,
 };
+use super::transmit::Transmit;
 use crate::error::{OfferError, ProfileError};
 use crate::model::{
     AckStatus, AgentId, Backoff, CustodyAck, DeclinePolicy, DeclineReason, Digest, Escalation,
@@ -49,15 +50,6 @@ use crate::principal::{
     WeightRange,
 };
 use crate::wire::{ErrorCode, Message, ProtocolError, StatusReply};
-
-/// A frame to send.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Transmit {
-    /// The destination agent.
-    pub to: AgentId,
-    /// The message.
-    pub message: Message,
-}
 
 /// Per-kind custody behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

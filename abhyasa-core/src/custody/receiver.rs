@@ -38,13 +38,13 @@ use std::time::Duration;
 use std::collections::{BTreeSet, VecDeque};
 
 use super::applier::{Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket};
-use super::custodian::Transmit;
 use super::lease::{self, Authority};
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
     EffectValue, EffectWrite, ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord,
     ReceiverSnapshot, Record,
 };
+use super::transmit::Transmit;
 use crate::model::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, GovernedKey, Kind, Obligation,
     ObligationId, Sequence, Timestamp,
