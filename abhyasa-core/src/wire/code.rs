@@ -1,4 +1,12 @@
-//! The wire's error codes.
+//! The wire's error codes, and the one mapping from errors to them.
+//!
+//! `wire` owns its codes. The decoders in `wire` produce [`PeerError`]s,
+//! so `wire` depends on `error` and the mapping from a peer error to the
+//! code its error frame carries must live here, beside the codes (as
+//! rustls keeps its alert mapping in one place): `error` never imports
+//! `wire`, so the two modules form no cycle.
+
+use crate::error::PeerError;
 
 /// Typed protocol error codes (the wire's `ErrorCode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -21,4 +29,26 @@ pub enum ErrorCode {
     Unauthorized,
     /// The receiver is overloaded; retry later.
     Overloaded,
+}
+
+impl From<&PeerError> for ErrorCode {
+    /// The one mapping from peer errors to wire codes.
+    fn from(e: &PeerError) -> Self {
+        match e {
+            PeerError::Malformed { .. } => Self::Malformed,
+            PeerError::FrameTooLarge { .. } => Self::FrameTooLarge,
+            PeerError::UnsupportedVersion { .. } => Self::UnsupportedVersion,
+            PeerError::UnknownMessageType => Self::UnknownMessageType,
+            PeerError::Field(_) => Self::InvalidObligation,
+            PeerError::DigestMismatch { .. } => Self::DigestMismatch,
+        }
+    }
+}
+
+impl PeerError {
+    /// The wire error code for this error (the one mapping from errors to
+    /// wire reasons).
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::from(self)
+    }
 }

@@ -7,7 +7,8 @@
 //! * `frame` — length-delimited frames on a byte stream ([`FrameDecoder`]);
 //! * [`json`] — the other codec, JSON v1;
 //! * [`relay`] — store-and-forward frames;
-//! * `code` — the wire's [`ErrorCode`]s.
+//! * `code` — the wire's [`ErrorCode`]s and the one mapping from errors to
+//!   them.
 //!
 //! Decoding never panics and never skips data silently: an unknown version
 //! or message type is a typed [`PeerError`](crate::PeerError), and the
