@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
-use crate::model::{AgentId, Backoff, DeclinePolicy, Kind};
+use crate::model::{AgentId, DeclinePolicy, Kind, RetryBackoff};
 use crate::principal::WeightRange;
 
 /// Per-kind custody behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CustodyProfile {
     /// Retry backoff.
-    pub backoff: Backoff,
+    pub backoff: RetryBackoff,
     /// What to do on decline.
     pub decline_policy: DeclinePolicy,
 }
@@ -18,7 +18,7 @@ pub struct CustodyProfile {
 impl Default for CustodyProfile {
     fn default() -> Self {
         Self {
-            backoff: Backoff::DEFAULT,
+            backoff: RetryBackoff::DEFAULT,
             decline_policy: DeclinePolicy::ApplySafe,
         }
     }
