@@ -5,8 +5,9 @@
 //!   always names the field.
 //! * [`PeerError`] — bytes from the network are bad (malformed frame,
 //!   oversize, unknown version or message type, wrong digest). Every variant
-//!   maps to one wire [`ErrorCode`](crate::wire::ErrorCode) in
-//!   [`PeerError::code`].
+//!   maps to one wire code in [`PeerError::code`], which the wire defines
+//!   beside its codes (`wire/code.rs`), so this module imports nothing
+//!   from the wire.
 //! * [`OfferError`] — the embedding application asked the custodian for
 //!   something it cannot do (caller misuse or backpressure).
 //!
@@ -161,22 +162,6 @@ pub enum PeerError {
         /// Digest computed over the content.
         computed: Digest,
     },
-}
-
-impl PeerError {
-    /// The wire error code for this error (the one mapping from errors to
-    /// wire reasons).
-    pub fn code(&self) -> crate::wire::ErrorCode {
-        use crate::wire::ErrorCode;
-        match self {
-            Self::Malformed { .. } => ErrorCode::Malformed,
-            Self::FrameTooLarge { .. } => ErrorCode::FrameTooLarge,
-            Self::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
-            Self::UnknownMessageType => ErrorCode::UnknownMessageType,
-            Self::Field(_) => ErrorCode::InvalidObligation,
-            Self::DigestMismatch { .. } => ErrorCode::DigestMismatch,
-        }
-    }
 }
 
 /// The custodian refused an offer. Nothing was half-accepted: no record,

@@ -14,7 +14,6 @@
 pub mod canonical;
 pub mod custody;
 pub mod error;
-pub mod json;
 pub mod model;
 #[cfg(feature = "mutations")]
 pub mod mutations;
@@ -23,6 +22,10 @@ pub mod principal;
 pub mod sim;
 pub mod store;
 pub mod wire;
+
+/// JSON v1, the other codec; it lives in [`wire::json`], beside the
+/// protobuf codec, and keeps its old path here.
+pub use wire::json;
 
 // The README's Rust blocks run as doctests of this crate, so its library
 // example cannot drift from the API (issue 11 §6).

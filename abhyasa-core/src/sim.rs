@@ -20,7 +20,7 @@ use crate::custody::{
     Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent,
     CustodyProfile, LedgerOutcome, Receiver, ReceiverConfig, TerminalState, Transmit,
 };
-use crate::model::{AgentId, Backoff, DeclineReason, Obligation, ObligationId, Timestamp};
+use crate::model::{AgentId, DeclineReason, Obligation, ObligationId, RetryBackoff, Timestamp};
 use crate::polarity::PolarityRegistry;
 use crate::wire::Message;
 
@@ -85,7 +85,7 @@ pub struct SweepConfig {
     /// `max_retries` of every obligation.
     pub max_retries: i64,
     /// Custodian backoff.
-    pub backoff: Backoff,
+    pub backoff: RetryBackoff,
     /// Fraction of transfers that are benign (best-effort).
     pub benign_fraction: f64,
     /// Probability the receiver defers (the rest splits 2:1 apply:decline).
@@ -100,7 +100,7 @@ impl Default for SweepConfig {
             seed: 20260609,
             deadline_seconds: 600,
             max_retries: 64,
-            backoff: Backoff {
+            backoff: RetryBackoff {
                 base: Duration::from_secs(1),
                 cap: Duration::from_secs(64),
                 jitter: 0.1,
@@ -256,7 +256,7 @@ pub struct TransferResult {
 
 impl Pair {
     /// A pair with the standard registry.
-    pub fn new(seed: u64, backoff: Backoff) -> Self {
+    pub fn new(seed: u64, backoff: RetryBackoff) -> Self {
         let custodian_id = AgentId::new("custodian").unwrap_or_else(|_| unreachable!());
         let receiver_id = AgentId::new("receiver").unwrap_or_else(|_| unreachable!());
         let mut cc = CustodianConfig::new(custodian_id.clone());

@@ -14,8 +14,8 @@ use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::wire::Message;
 use abhyasa_core::{
-    AckStatus, Backoff, CustodyAck, DeclinePolicy, DeclineReason, Digest, EscalationCause,
-    EscalationTrigger, GovernedKey, GuardOutcome, OfferError, Timestamp,
+    AckStatus, CustodyAck, DeclinePolicy, DeclineReason, Digest, EscalationCause,
+    EscalationTrigger, GovernedKey, GuardOutcome, OfferError, RetryBackoff, Timestamp,
 };
 use common::*;
 use serde_json::json;
@@ -102,7 +102,7 @@ fn c_ab2_1_drops_then_delivery() {
 fn schedule(seed: u64, jitter: f64) -> Vec<Timestamp> {
     let mut cc = custodian_config();
     cc.seed = seed;
-    cc.default_profile.backoff = Backoff {
+    cc.default_profile.backoff = RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(10),
         jitter,
@@ -172,7 +172,7 @@ fn c_ab2_2_backoff_doubles_caps_and_jitters_reproducibly() {
 #[test]
 fn max_retries_bounds_total_attempts() {
     let mut cc = custodian_config();
-    cc.default_profile.backoff = Backoff {
+    cc.default_profile.backoff = RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(1),
         jitter: 0.0,
@@ -205,7 +205,7 @@ fn max_retries_bounds_total_attempts() {
     // cap) the deadline still binds: attempts at t = 0..99, never more
     // than 1 + max_retries.
     let mut cc = custodian_config();
-    cc.default_profile.backoff = Backoff {
+    cc.default_profile.backoff = RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(1),
         jitter: 0.0,

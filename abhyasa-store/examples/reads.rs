@@ -20,8 +20,8 @@ use abhyasa_core::custody::{Custodian, CustodianConfig, CustodyProfile, Record};
 use abhyasa_core::polarity::{PolarityRegistry, PHALA_KIND};
 use abhyasa_core::store::{ListState, Store};
 use abhyasa_core::{
-    AckStatus, AgentId, Backoff, CustodyAck, DeclinePolicy, DeclineReason, Obligation,
-    ObligationId, Timestamp,
+    AckStatus, AgentId, CustodyAck, DeclinePolicy, DeclineReason, Obligation, ObligationId,
+    RetryBackoff, Timestamp,
 };
 use abhyasa_store::{StoreKind, StoreOptions};
 use serde_json::json;
@@ -47,7 +47,7 @@ fn custodian() -> Custodian {
     let mut cfg = CustodianConfig::new(AgentId::new("custodian").expect("id"));
     cfg.max_pending = usize::MAX;
     cfg.default_profile = CustodyProfile {
-        backoff: Backoff::DEFAULT,
+        backoff: RetryBackoff::DEFAULT,
         decline_policy: DeclinePolicy::Surface,
     };
     Custodian::new(cfg, PolarityRegistry::standard())

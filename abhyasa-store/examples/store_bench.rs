@@ -24,7 +24,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::polarity::{PolarityRegistry, PHALA_KIND};
 use abhyasa_core::store::Store;
-use abhyasa_core::{AckStatus, AgentId, Backoff, CustodyAck, Obligation, Timestamp};
+use abhyasa_core::{AckStatus, AgentId, CustodyAck, Obligation, RetryBackoff, Timestamp};
 use abhyasa_store::{StoreKind, StoreOptions};
 use serde_json::json;
 
@@ -47,7 +47,7 @@ fn custodian() -> Custodian {
     let mut cfg = CustodianConfig::new(AgentId::new("custodian").expect("id"));
     cfg.max_pending = usize::MAX;
     cfg.default_profile = CustodyProfile {
-        backoff: Backoff::DEFAULT,
+        backoff: RetryBackoff::DEFAULT,
         ..CustodyProfile::default()
     };
     Custodian::new(cfg, PolarityRegistry::standard())

@@ -16,7 +16,7 @@ use abhyasa_core::principal::Resolution;
 use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, SimStore, Store, StoreError, StoredEvent,
 };
-use abhyasa_core::{AgentId, Backoff, Obligation, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::{LinkConfig, Transport};
 use serde_json::json;
@@ -40,7 +40,7 @@ fn revoke(node: &Node, id: &str, target: &str) -> Obligation {
 
 /// Slow retries, so the only commits are the ones a test causes.
 fn slow(o: &mut NodeOptions) {
-    o.custodian.default_profile.backoff = Backoff {
+    o.custodian.default_profile.backoff = RetryBackoff {
         base: Duration::from_secs(2),
         cap: Duration::from_secs(4),
         jitter: 0.0,

@@ -15,7 +15,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::store::{EventId, LogEvent, SimStore};
-use abhyasa_core::{AgentId, Backoff, DeclineReason, Obligation};
+use abhyasa_core::{AgentId, DeclineReason, Obligation, RetryBackoff};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::LinkConfig;
 use serde_json::json;
@@ -73,7 +73,7 @@ fn agent(s: &str) -> AgentId {
 
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
-    o.custodian.default_profile.backoff = Backoff {
+    o.custodian.default_profile.backoff = RetryBackoff {
         base: Duration::from_millis(50),
         cap: Duration::from_millis(200),
         jitter: 0.1,

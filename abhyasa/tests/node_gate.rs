@@ -21,8 +21,8 @@ use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, SimStore, Store, StoreError, StoredEvent,
 };
 use abhyasa_core::{
-    AgentId, Backoff, DeclinePolicy, DeclineReason, GovernedKey, GuardOutcome, Kind, Obligation,
-    Timestamp,
+    AgentId, DeclinePolicy, DeclineReason, GovernedKey, GuardOutcome, Kind, Obligation,
+    RetryBackoff, Timestamp,
 };
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::LinkConfig;
@@ -124,7 +124,7 @@ fn agent(s: &str) -> AgentId {
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_secs(2),
             cap: Duration::from_secs(4),
             jitter: 0.0,

@@ -12,7 +12,7 @@ use abhyasa::{Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, TerminalState};
 use abhyasa_core::store::SimStore;
 use abhyasa_core::wire::{Envelope, Message};
-use abhyasa_core::{AgentId, Backoff, Obligation, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::LinkConfig;
 use serde_json::json;
@@ -68,7 +68,7 @@ fn revoke_to(now: Timestamp, id: &str, target: &str, deadline: i64) -> Obligatio
 fn options(name: &str, clock: Arc<ManualClock>) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
             jitter: 0.0,

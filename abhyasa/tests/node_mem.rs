@@ -13,8 +13,8 @@ use abhyasa_core::store::{
 };
 use abhyasa_core::wire::{Envelope, Message};
 use abhyasa_core::{
-    AckStatus, AgentId, Backoff, CustodyAck, EscalationCause, GuardOutcome, Obligation, OfferError,
-    Timestamp,
+    AckStatus, AgentId, CustodyAck, EscalationCause, GuardOutcome, Obligation, OfferError,
+    RetryBackoff, Timestamp,
 };
 use abhyasa_transport::mem::{Faults, MemNetwork};
 use abhyasa_transport::LinkConfig;
@@ -56,7 +56,7 @@ fn agent(s: &str) -> AgentId {
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
             jitter: 0.1,

@@ -15,7 +15,7 @@ use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, ListState, SimStore, Store, StoreError,
     StoredEvent,
 };
-use abhyasa_core::{AgentId, Backoff, Obligation, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::LinkConfig;
 use serde_json::json;
@@ -138,7 +138,7 @@ async fn c_nd_5_node_reads_are_paged() {
     let net = MemNetwork::new(5);
     let mut o = NodeOptions::new(agent("alice"));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
             jitter: 0.0,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use abhyasa::{Node, NodeError, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, Offered, TerminalState};
 use abhyasa_core::store::SimStore;
-use abhyasa_core::{AgentId, Backoff, Obligation};
+use abhyasa_core::{AgentId, Obligation, RetryBackoff};
 use abhyasa_transport::link::Registry;
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::{LinkConfig, SendError};
@@ -28,7 +28,7 @@ async fn gone(net: &MemNetwork, name: &str) {
 fn options(name: &str, base: Duration) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base,
             cap: base * 4,
             jitter: 0.0,

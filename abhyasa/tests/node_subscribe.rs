@@ -9,7 +9,7 @@ use std::time::Duration;
 use abhyasa::{Node, NodeEvent, NodeOptions, Subscription};
 use abhyasa_core::custody::{CustodyProfile, TerminalState};
 use abhyasa_core::store::{EventId, SimStore, StoredEvent};
-use abhyasa_core::{AgentId, Backoff, Obligation};
+use abhyasa_core::{AgentId, Obligation, RetryBackoff};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::LinkConfig;
 use serde_json::json;
@@ -23,7 +23,7 @@ fn agent(s: &str) -> AgentId {
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(200),
             cap: Duration::from_millis(800),
             jitter: 0.0,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use abhyasa::{Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, TerminalState};
-use abhyasa_core::{AgentId, Backoff, EscalationCause, Obligation};
+use abhyasa_core::{AgentId, EscalationCause, Obligation, RetryBackoff};
 use abhyasa_quic::{generate_identity, Identity, QuicConfig};
 use abhyasa_store::{StoreKind, StoreOptions};
 use abhyasa_transport::Transport;
@@ -21,7 +21,7 @@ fn agent(s: &str) -> AgentId {
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(50),
             cap: Duration::from_millis(200),
             jitter: 0.1,

@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use abhyasa_core::custody::CustodyProfile;
-use abhyasa_core::{AgentId, Backoff, DeclinePolicy, Kind};
+use abhyasa_core::{AgentId, DeclinePolicy, Kind, RetryBackoff};
 use abhyasa_quic::{Fingerprint, PeerPin};
 use abhyasa_store::StoreKind;
 use serde::{Deserialize, Serialize};
@@ -272,7 +272,7 @@ pub(crate) struct Resolved {
     /// Set when `store = "postgres"` (then `store` and `store_path` are unused).
     pub(crate) postgres: Option<PgSettings>,
     pub(crate) socket: PathBuf,
-    pub(crate) backoff: Backoff,
+    pub(crate) backoff: RetryBackoff,
     pub(crate) decline_policy: DeclinePolicy,
     pub(crate) kind_policies: Vec<(Kind, DeclinePolicy)>,
     pub(crate) peers: Vec<Peer>,
@@ -527,7 +527,7 @@ impl NodeConfig {
             store_path,
             postgres,
             socket,
-            backoff: Backoff {
+            backoff: RetryBackoff {
                 base: Duration::from_millis(self.backoff_base_ms),
                 cap: Duration::from_millis(self.backoff_cap_ms),
                 jitter: self.backoff_jitter,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use abhyasa_core::model::{Backoff, KindProfile};
+use abhyasa_core::model::{KindProfile, RetryBackoff};
 use abhyasa_core::polarity::PHALA_KIND;
 use abhyasa_core::sim::SweepConfig;
 use abhyasa_core::ProfileError;
@@ -190,8 +190,8 @@ impl SweepSettings {
     }
 
     /// The custodian backoff.
-    pub fn backoff(&self) -> Backoff {
-        Backoff {
+    pub fn backoff(&self) -> RetryBackoff {
+        RetryBackoff {
             base: Duration::from_secs_f64(self.backoff_base_seconds),
             cap: Duration::from_secs(self.backoff_cap_seconds),
             jitter: self.jitter,

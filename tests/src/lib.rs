@@ -28,7 +28,7 @@ use abhyasa_core::store::SimStore;
 use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
 };
-use abhyasa_core::{AgentId, Backoff, Obligation, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
 use abhyasa_quic::{generate_identity, Identity, QuicConfig};
 use abhyasa_store::{StoreKind, StoreOptions};
 use abhyasa_transport::mem::MemNetwork;
@@ -267,7 +267,7 @@ impl Env {
     fn options(&self, name: &str) -> NodeOptions {
         let mut o = NodeOptions::new(agent(name));
         o.custodian.default_profile = CustodyProfile {
-            backoff: Backoff {
+            backoff: RetryBackoff {
                 base: self.schedule.base,
                 cap: self.schedule.cap,
                 jitter: 0.1,

@@ -7,13 +7,14 @@ pub mod lease;
 mod outbox;
 mod receiver;
 mod record;
+mod transmit;
 
 pub use applier::{
     Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket, StandardApplier,
 };
 pub use custodian::{
     AckBinding, AckDisposition, Custodian, CustodianConfig, CustodianEvent, CustodianStats,
-    CustodyProfile, IgnoredAck, Offered, Transmit,
+    CustodyProfile, IgnoredAck, Offered,
 };
 pub use outbox::{CommitToken, RecordBatch};
 pub use receiver::{
@@ -24,3 +25,4 @@ pub use record::{
     ExternalIntent, IntentRecord, LedgerOutcome, LedgerRecord, PendingRecord, ReceiverSnapshot,
     Reconciliation, Record, TerminalState, TerminalSummary,
 };
+pub use transmit::Transmit;

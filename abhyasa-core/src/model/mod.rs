@@ -16,7 +16,9 @@ pub use obligation::{
     MAX_PAYLOAD_BYTES, MAX_RETRIES_LIMIT, PAYLOAD_NUMBERS,
 };
 pub(crate) use profile::check_sizing;
-pub use profile::{min_retries_to_span, Backoff, DeclinePolicy, KindProfile};
+#[allow(deprecated)]
+pub use profile::Backoff;
+pub use profile::{min_retries_to_span, DeclinePolicy, KindProfile, RetryBackoff};
 pub(crate) use safe::ESCALATION_EVENT_TYPE;
 pub use safe::{
     Escalation, EscalationCause, EscalationTrigger, GuardOutcome, SafeAction, SafeEffect,

@@ -5,7 +5,9 @@ use std::time::Duration;
 use super::Kind;
 use crate::error::{FieldError, FieldProblem, ProfileError};
 
-/// Retry backoff: base, multiplier 2, cap, plus bounded jitter.
+/// The custodian's retry backoff (AB-2): base, multiplier 2, cap, plus
+/// bounded jitter. Not to be confused with the transports' reconnect
+/// backoff (`abhyasa_transport::Backoff`), a different schedule.
 ///
 /// The `k`-th interval (after attempt `k`, 1-based) is
 /// `min(cap, base * 2^(k-1)) * (1 + jitter * u_k)` with `u_k` in `[0, 1)`
@@ -13,7 +15,7 @@ use crate::error::{FieldError, FieldProblem, ProfileError};
 /// deterministic schedule is a lower bound and the sizing rule
 /// ([`min_retries_to_span`]) stays sufficient with jitter on.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Backoff {
+pub struct RetryBackoff {
     /// First interval.
     pub base: Duration,
     /// Largest interval before jitter.
@@ -22,9 +24,9 @@ pub struct Backoff {
     pub jitter: f64,
 }
 
-impl Backoff {
+impl RetryBackoff {
     /// v1 default: base 1 s, cap 64 s, jitter 10 %.
-    pub const DEFAULT: Backoff = Backoff {
+    pub const DEFAULT: RetryBackoff = RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(64),
         jitter: 0.1,
@@ -75,11 +77,19 @@ impl Backoff {
     }
 }
 
-impl Default for Backoff {
+impl Default for RetryBackoff {
     fn default() -> Self {
         Self::DEFAULT
     }
 }
+
+/// The old name of [`RetryBackoff`]. Kept so code written against it (other
+/// branches, embedders) still compiles while it moves to the new name.
+#[deprecated(
+    note = "renamed to `RetryBackoff` (the custody retry schedule, AB-2); \
+            `abhyasa_transport::Backoff` is the transports' reconnect backoff"
+)]
+pub type Backoff = RetryBackoff;
 
 /// The smallest `max_retries` whose capped schedule spans the deadline: the
 /// least `n` with `sum_{k=1..n} min(cap, base * 2^(k-1)) >= deadline`.
@@ -204,8 +214,8 @@ impl KindProfile {
     }
 
     /// The custodian backoff this profile describes (with `jitter`).
-    pub fn backoff_with_jitter(&self, jitter: f64) -> Backoff {
-        Backoff {
+    pub fn backoff_with_jitter(&self, jitter: f64) -> RetryBackoff {
+        RetryBackoff {
             base: Duration::from_secs_f64(self.backoff_base_seconds),
             cap: Duration::from_secs(self.backoff_cap_seconds),
             jitter,
@@ -267,7 +277,7 @@ mod tests {
 
     #[test]
     fn nominal_doubles_and_caps() {
-        let b = Backoff {
+        let b = RetryBackoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(10),
             jitter: 0.0,

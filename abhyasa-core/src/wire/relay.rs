@@ -12,7 +12,8 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::{pb, Envelope, Message};
+use super::protobuf::pb;
+use super::{Envelope, Message};
 use crate::error::{FieldError, FieldProblem, PeerError};
 use crate::model::{AgentId, Digest, ObligationId, Timestamp};
 

@@ -10,7 +10,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::wire::Message;
-use abhyasa_core::{AgentId, Backoff, Obligation, Timestamp};
+use abhyasa_core::{AgentId, Obligation, RetryBackoff, Timestamp};
 use serde_json::{json, Value};
 
 pub const T0: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
@@ -79,8 +79,8 @@ pub fn corrective(id: &str, delta: f64) -> Obligation {
 }
 
 /// Backoff without jitter: 1, 2, 4, ... capped at 64 s.
-pub fn plain_backoff() -> Backoff {
-    Backoff {
+pub fn plain_backoff() -> RetryBackoff {
+    RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(64),
         jitter: 0.0,

@@ -19,7 +19,7 @@ use abhyasa_core::principal::PrincipalState;
 use abhyasa_core::store::{Committed, CrashTiming, DurableState, SimStore, Store, StoreError};
 use abhyasa_core::wire::Message;
 use abhyasa_core::{
-    AgentId, Backoff, DeclineReason, Escalation, Obligation, ObligationId, Timestamp,
+    AgentId, DeclineReason, Escalation, Obligation, ObligationId, RetryBackoff, Timestamp,
 };
 use abhyasa_store::{RedbStore, SledStore, StoreOptions};
 use serde_json::json;
@@ -69,8 +69,8 @@ pub fn revoke(id: &str, scope: &str, sequence: u64) -> Obligation {
         .unwrap()
 }
 
-pub fn backoff() -> Backoff {
-    Backoff {
+pub fn backoff() -> RetryBackoff {
+    RetryBackoff {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(8),
         jitter: 0.1,

@@ -26,7 +26,7 @@ use abhyasa::{Node, NodeEvent, NodeOptions};
 use abhyasa_a2a::card::kind_profile;
 use abhyasa_a2a::{HttpConfig, HttpPeer};
 use abhyasa_core::custody::{Applier, ApplyContext, ApplyDecision, ReceiverEvent, StandardApplier};
-use abhyasa_core::{AgentId, Backoff, DeclineReason, Kind, Obligation, ObligationId};
+use abhyasa_core::{AgentId, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff};
 use abhyasa_store::{StoreKind, StoreOptions};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -78,7 +78,7 @@ async fn main() -> Result<(), BoxError> {
         .unwrap_or_else(|| "2000".into())
         .parse()?;
 
-    let backoff = Backoff::DEFAULT;
+    let backoff = RetryBackoff::DEFAULT;
     let profiles = ["anumati.consent", "phala.belief_update", "oauth.token"]
         .iter()
         .map(|k| kind_profile(Kind::new(k)?, "", 3600, &backoff).map_err(BoxError::from))

@@ -568,7 +568,7 @@ pub fn kind_profile(
     kind: abhyasa_core::Kind,
     obligation_endpoint: impl Into<String>,
     deadline_seconds: u64,
-    backoff: &abhyasa_core::Backoff,
+    backoff: &abhyasa_core::RetryBackoff,
 ) -> Result<KindProfile, ProfileError> {
     let base = backoff.base.as_secs_f64();
     let advertised_cap = backoff.cap.as_secs().max(1);

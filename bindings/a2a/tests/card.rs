@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use abhyasa_a2a::card::{agent_card, kind_profile, params_schema, AgentExtension};
 use abhyasa_a2a::{AbhyasaServiceRef, AgentCard, EXTENSION_URI};
-use abhyasa_core::{Backoff, Kind, KindProfile};
+use abhyasa_core::{Kind, KindProfile, RetryBackoff};
 use serde_json::{json, Value};
 
 fn spec(path: &str) -> Value {
@@ -181,7 +181,7 @@ fn c_a2a_1_manifest_schema_equals_live_types() {
 fn advertised_profile_passes_its_own_sizing_check() {
     for cap_ms in [300u64, 1000, 1500, 2500, 64_000, 90_500] {
         for base_ms in [100u64, 250, 1000] {
-            let b = Backoff {
+            let b = RetryBackoff {
                 base: Duration::from_millis(base_ms),
                 cap: Duration::from_millis(cap_ms),
                 jitter: 0.1,

@@ -15,7 +15,7 @@ use abhyasa_core::custody::{
     TerminalState,
 };
 use abhyasa_core::store::SimStore;
-use abhyasa_core::{AgentId, Backoff, DeclineReason, Kind, Obligation, ObligationId};
+use abhyasa_core::{AgentId, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -56,7 +56,7 @@ fn profiles() -> Vec<abhyasa_core::KindProfile> {
         Kind::new("anumati.consent").unwrap(),
         "",
         600,
-        &Backoff::DEFAULT,
+        &RetryBackoff::DEFAULT,
     )
     .unwrap()]
 }
@@ -545,7 +545,7 @@ async fn strict_bodies_and_size_limit() {
 fn fast_options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(100),
             cap: Duration::from_millis(400),
             jitter: 0.1,

@@ -22,7 +22,7 @@ use abhyasa_core::custody::{
     StandardApplier, TerminalState,
 };
 use abhyasa_core::store::SimStore;
-use abhyasa_core::{AgentId, Backoff, DeclineReason, Kind, Obligation, ObligationId};
+use abhyasa_core::{AgentId, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use rand::{Rng, SeedableRng};
@@ -144,7 +144,7 @@ fn profiles() -> Vec<abhyasa_core::KindProfile> {
         Kind::new("anumati.consent").unwrap(),
         "",
         600,
-        &Backoff::DEFAULT,
+        &RetryBackoff::DEFAULT,
     )
     .unwrap()]
 }
@@ -232,7 +232,7 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
     let (t, _a) = abhyasa_a2a::start(agent("alice"), cfg).await.unwrap();
     let mut o = NodeOptions::new(agent("alice"));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(100),
             cap: Duration::from_millis(400),
             jitter: 0.1,

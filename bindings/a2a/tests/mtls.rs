@@ -19,7 +19,7 @@ use abhyasa_core::custody::{
     TerminalState,
 };
 use abhyasa_core::store::SimStore;
-use abhyasa_core::{AgentId, Backoff, Kind, Obligation, ObligationId};
+use abhyasa_core::{AgentId, Kind, Obligation, ObligationId, RetryBackoff};
 use abhyasa_quic::{dangerous_pinned_client_tls, generate_identity, Fingerprint, Identity};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -62,7 +62,7 @@ fn profiles() -> Vec<abhyasa_core::KindProfile> {
         Kind::new("anumati.consent").unwrap(),
         "",
         600,
-        &Backoff::DEFAULT,
+        &RetryBackoff::DEFAULT,
     )
     .unwrap()]
 }
@@ -441,7 +441,7 @@ async fn plain_http_refused_unless_explicit_and_loopback() {
 fn fast_options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(100),
             cap: Duration::from_millis(400),
             jitter: 0.1,

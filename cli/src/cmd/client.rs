@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use abhyasa::clock::{Clock, SystemClock};
-use abhyasa_core::{min_retries_to_span, Backoff};
+use abhyasa_core::{min_retries_to_span, RetryBackoff};
 use serde_json::{json, Value};
 
 use crate::config::NodeConfig;
@@ -32,13 +32,13 @@ impl Target {
     }
 
     /// The node's backoff, when its config is at hand.
-    fn backoff(&self) -> Backoff {
+    fn backoff(&self) -> RetryBackoff {
         if self.socket.is_none() {
             if let Ok(c) = NodeConfig::load(&self.dir) {
                 return c.backoff;
             }
         }
-        Backoff::DEFAULT
+        RetryBackoff::DEFAULT
     }
 }
 

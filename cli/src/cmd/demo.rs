@@ -13,7 +13,7 @@ use abhyasa_core::custody::{
     Applier, ApplyContext, ApplyDecision, CustodianEvent, CustodyProfile, DeclineDisposition,
     StandardApplier, TerminalState,
 };
-use abhyasa_core::{AgentId, Backoff, DeclineReason, Obligation, SafeEffect};
+use abhyasa_core::{AgentId, DeclineReason, Obligation, RetryBackoff, SafeEffect};
 use abhyasa_quic::{generate_identity, QuicConfig};
 use abhyasa_store::{StoreKind, StoreOptions};
 use serde_json::{json, Value};
@@ -97,7 +97,7 @@ impl Applier for DemoApplier {
 fn options(agent: &AgentId, applier: Box<dyn Applier + Send>) -> NodeOptions {
     let mut o = NodeOptions::new(agent.clone());
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(200),
             cap: Duration::from_millis(1000),
             jitter: 0.1,

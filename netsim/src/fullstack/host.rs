@@ -19,7 +19,7 @@ use abhyasa::{Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, Offered, StandardApplier};
 use abhyasa_core::store::SimStore;
 use abhyasa_core::wire::Message;
-use abhyasa_core::{AgentId, Backoff, Obligation, Timestamp};
+use abhyasa_core::{AgentId, Obligation, RetryBackoff, Timestamp};
 use abhyasa_quic::{Identity, PeerPin, QuicConfig};
 use abhyasa_transport::{Incoming, LinkConfig, Transport};
 
@@ -111,7 +111,7 @@ pub(crate) async fn run_host(ctx: Arc<HostCtx>) -> Result<(), Box<dyn std::error
         super::truth::splitmix(ctx.seed ^ super::truth::splitmix(host_index(&ctx.name)));
     let w = &ctx.scenario.workload;
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: w.backoff_base.0,
             cap: w.backoff_cap.0,
             jitter: w.jitter,

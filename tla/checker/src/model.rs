@@ -11,7 +11,7 @@ use abhyasa_core::polarity::{PolarityRegistry, ANUMATI_KIND};
 use abhyasa_core::principal::{Resolution, WeightRange};
 use abhyasa_core::wire::Message;
 use abhyasa_core::{
-    AgentId, Backoff, DeclinePolicy, DeclineReason, GovernedKey, Obligation, ObligationId,
+    AgentId, DeclinePolicy, DeclineReason, GovernedKey, Obligation, ObligationId, RetryBackoff,
     Timestamp,
 };
 use serde_json::json;
@@ -95,7 +95,7 @@ impl AbhyasaModel {
         let registry = PolarityRegistry::standard();
         let mut custodian_config = CustodianConfig::new(custodian_id.clone());
         custodian_config.default_profile = CustodyProfile {
-            backoff: Backoff {
+            backoff: RetryBackoff {
                 base: Duration::from_secs(config.backoff_base_seconds),
                 cap: Duration::from_secs(config.backoff_cap_seconds),
                 jitter: 0.0,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use abhyasa::{Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, TerminalState};
 use abhyasa_core::wire::{DedupKey, Envelope, Message, RelayMessage, Sealed};
-use abhyasa_core::{AckStatus, AgentId, Backoff, CustodyAck, EscalationCause, Obligation};
+use abhyasa_core::{AckStatus, AgentId, CustodyAck, EscalationCause, Obligation, RetryBackoff};
 use abhyasa_quic::{generate_identity, Identity, QuicConfig};
 use abhyasa_spool::{relayed, RelayConfig, RelayedConfig, RelayedStats, SpoolLimits};
 use abhyasa_store::{StoreKind, StoreOptions};
@@ -47,7 +47,7 @@ fn ids() -> Ids {
 fn options(name: &str) -> NodeOptions {
     let mut o = NodeOptions::new(agent(name));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(100),
             cap: Duration::from_millis(400),
             jitter: 0.1,

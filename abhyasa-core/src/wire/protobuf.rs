@@ -1,0 +1,315 @@
+//! The protobuf codec: an [`Envelope`] to and from one protobuf `Envelope`
+//! (schema `spec/abhyasa.proto`, compiled at build time with `protox`, no
+//! system `protoc`). Decoding never panics and never skips data silently:
+//! an unknown version or message type is a typed [`PeerError`].
+
+use prost::Message as _;
+
+use super::code::ErrorCode;
+use super::message::{Envelope, Message, ProtocolError, StatusReply};
+use super::relay::{self, RelayMessage};
+use super::PROTOCOL_VERSION;
+use crate::error::{FieldError, FieldProblem, PeerError};
+use crate::model::{
+    AckStatus, AgentId, CustodyAck, DeclineReason, Digest, Obligation, ObligationId, Payload,
+    Timestamp,
+};
+
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::unwrap_used)]
+pub(super) mod pb {
+    include!(concat!(env!("OUT_DIR"), "/abhyasa.v1.rs"));
+}
+
+impl ErrorCode {
+    fn to_pb(self) -> pb::ErrorCode {
+        match self {
+            Self::Malformed => pb::ErrorCode::Malformed,
+            Self::UnsupportedVersion => pb::ErrorCode::UnsupportedVersion,
+            Self::UnknownMessageType => pb::ErrorCode::UnknownMessageType,
+            Self::FrameTooLarge => pb::ErrorCode::FrameTooLarge,
+            Self::DigestMismatch => pb::ErrorCode::DigestMismatch,
+            Self::InvalidObligation => pb::ErrorCode::InvalidObligation,
+            Self::Unauthorized => pb::ErrorCode::Unauthorized,
+            Self::Overloaded => pb::ErrorCode::Overloaded,
+        }
+    }
+
+    fn from_pb(v: i32) -> Result<Self, FieldError> {
+        Ok(match pb::ErrorCode::try_from(v) {
+            Ok(pb::ErrorCode::Malformed) => Self::Malformed,
+            Ok(pb::ErrorCode::UnsupportedVersion) => Self::UnsupportedVersion,
+            Ok(pb::ErrorCode::UnknownMessageType) => Self::UnknownMessageType,
+            Ok(pb::ErrorCode::FrameTooLarge) => Self::FrameTooLarge,
+            Ok(pb::ErrorCode::DigestMismatch) => Self::DigestMismatch,
+            Ok(pb::ErrorCode::InvalidObligation) => Self::InvalidObligation,
+            Ok(pb::ErrorCode::Unauthorized) => Self::Unauthorized,
+            Ok(pb::ErrorCode::Overloaded) => Self::Overloaded,
+            Ok(pb::ErrorCode::Unspecified) | Err(_) => {
+                return Err(FieldError::new(
+                    "error.code",
+                    FieldProblem::UnknownValue {
+                        value: v.to_string(),
+                        expected: "a known ErrorCode",
+                    },
+                ))
+            }
+        })
+    }
+}
+
+fn ack_member(a: &CustodyAck) -> pb::AckMember {
+    pb::AckMember {
+        obligation_id: a.obligation_id.to_string(),
+        digest: a.digest.map(|d| d.0.to_vec()).unwrap_or_default(),
+        status: match a.status {
+            AckStatus::Applied => pb::AckStatus::Applied,
+            AckStatus::Declined => pb::AckStatus::Declined,
+            AckStatus::Deferred => pb::AckStatus::Deferred,
+        } as i32,
+        reason: match a.reason {
+            None => pb::DeclineReason::Unspecified,
+            Some(DeclineReason::Policy) => pb::DeclineReason::Policy,
+            Some(DeclineReason::Expired) => pb::DeclineReason::Expired,
+            Some(DeclineReason::Superseded) => pb::DeclineReason::Superseded,
+            Some(DeclineReason::UnsupportedKind) => pb::DeclineReason::UnsupportedKind,
+            Some(DeclineReason::Conflict) => pb::DeclineReason::Conflict,
+        } as i32,
+        detail: a.detail.clone().unwrap_or_default(),
+        acked_at_micros: a.acked_at.unix_micros(),
+    }
+}
+
+fn opt_digest(field: &str, b: &[u8]) -> Result<Option<Digest>, FieldError> {
+    if b.is_empty() {
+        Ok(None)
+    } else {
+        Digest::from_slice(field, b).map(Some)
+    }
+}
+
+fn from_member(
+    m: &pb::AckMember,
+    target: &AgentId,
+    instance: &str,
+) -> Result<CustodyAck, FieldError> {
+    let status = match pb::AckStatus::try_from(m.status) {
+        Ok(pb::AckStatus::Applied) => AckStatus::Applied,
+        Ok(pb::AckStatus::Declined) => AckStatus::Declined,
+        Ok(pb::AckStatus::Deferred) => AckStatus::Deferred,
+        Ok(pb::AckStatus::Unspecified) => return Err(FieldError::missing("status")),
+        Err(_) => {
+            return Err(FieldError::new(
+                "status",
+                FieldProblem::UnknownValue {
+                    value: m.status.to_string(),
+                    expected: "applied | declined | deferred",
+                },
+            ))
+        }
+    };
+    let reason = match pb::DeclineReason::try_from(m.reason) {
+        Ok(pb::DeclineReason::Unspecified) => None,
+        Ok(pb::DeclineReason::Policy) => Some(DeclineReason::Policy),
+        Ok(pb::DeclineReason::Expired) => Some(DeclineReason::Expired),
+        Ok(pb::DeclineReason::Superseded) => Some(DeclineReason::Superseded),
+        Ok(pb::DeclineReason::UnsupportedKind) => Some(DeclineReason::UnsupportedKind),
+        Ok(pb::DeclineReason::Conflict) => Some(DeclineReason::Conflict),
+        Err(_) => {
+            return Err(FieldError::new(
+                "reason",
+                FieldProblem::UnknownValue {
+                    value: m.reason.to_string(),
+                    expected: "a known DeclineReason",
+                },
+            ))
+        }
+    };
+    let ack = CustodyAck {
+        obligation_id: ObligationId::parse_field("obligation_id", &m.obligation_id)?,
+        target: target.clone(),
+        status,
+        acked_at: Timestamp::from_unix_micros(m.acked_at_micros),
+        digest: opt_digest("digest", &m.digest)?,
+        reason,
+        detail: (!m.detail.is_empty()).then(|| m.detail.clone()),
+        receiver_instance: (!instance.is_empty()).then(|| instance.to_string()),
+    };
+    ack.validate()?;
+    Ok(ack)
+}
+
+fn obligation_to_pb(o: &Obligation) -> pb::Obligation {
+    pb::Obligation {
+        obligation_id: o.id().to_string(),
+        kind: o.kind().to_string(),
+        target: o.target().to_string(),
+        payload_json: o.payload().canonical_json().as_bytes().to_vec(),
+        deadline_seconds: o.deadline_seconds(),
+        max_retries: o.max_retries(),
+        created_at_micros: o.created_at().unix_micros(),
+        sequence: o.sequence().map(|s| s.0),
+        digest: o.digest().0.to_vec(),
+    }
+}
+
+fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
+    let payload = Payload::from_json_bytes(&p.payload_json)?;
+    let mut b = Obligation::builder()
+        .id(p.obligation_id.as_str())
+        .kind(p.kind.as_str())
+        .target(p.target.as_str())
+        .payload(serde_json::Value::Object(payload.as_map().clone()))
+        .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
+        .max_retries(i64::from(p.max_retries))
+        .created_at(Timestamp::from_unix_micros(p.created_at_micros));
+    if let Some(s) = p.sequence {
+        b = b.sequence(s);
+    }
+    let ob = b.build()?;
+    if let Some(claimed) = opt_digest("digest", &p.digest)? {
+        if claimed != ob.digest() {
+            return Err(PeerError::DigestMismatch {
+                claimed,
+                computed: ob.digest(),
+            });
+        }
+    }
+    Ok(ob)
+}
+
+impl Envelope {
+    pub(super) fn to_pb(&self) -> pb::Envelope {
+        use pb::envelope::Body;
+        let body = match &self.message {
+            Message::Obligation(o) => Body::Obligation(obligation_to_pb(o)),
+            Message::Acks(acks) => Body::Ack(pb::CustodyAck {
+                target: acks
+                    .first()
+                    .map(|a| a.target.to_string())
+                    .unwrap_or_default(),
+                members: acks.iter().map(ack_member).collect(),
+                receiver_instance: acks
+                    .first()
+                    .and_then(|a| a.receiver_instance.clone())
+                    .unwrap_or_default(),
+            }),
+            Message::StatusQuery(ids) => Body::StatusQuery(pb::StatusQuery {
+                obligation_ids: ids.iter().map(ToString::to_string).collect(),
+            }),
+            Message::StatusReply(r) => Body::StatusReply(pb::StatusReply {
+                target: r.target.to_string(),
+                known: r.known.iter().map(ack_member).collect(),
+                unknown: r.unknown.iter().map(ToString::to_string).collect(),
+                receiver_instance: r
+                    .known
+                    .first()
+                    .and_then(|a| a.receiver_instance.clone())
+                    .unwrap_or_default(),
+            }),
+            Message::Error(e) => Body::Error(pb::Error {
+                code: e.code.to_pb() as i32,
+                obligation_id: e
+                    .obligation_id
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                digest: e.digest.map(|d| d.0.to_vec()).unwrap_or_default(),
+                message: e.message.clone(),
+            }),
+            Message::Relay(r) => relay::to_pb(r),
+        };
+        pb::Envelope {
+            version: PROTOCOL_VERSION,
+            sender: self.sender.to_string(),
+            body: Some(body),
+        }
+    }
+
+    /// Encodes the envelope without a length prefix.
+    pub fn encode(&self) -> Vec<u8> {
+        self.to_pb().encode_to_vec()
+    }
+
+    /// Decodes an envelope (no length prefix).
+    pub fn decode(bytes: &[u8]) -> Result<Envelope, PeerError> {
+        let p = pb::Envelope::decode(bytes).map_err(|e| PeerError::Malformed {
+            format: "protobuf",
+            detail: e.to_string(),
+        })?;
+        if p.version == 0 {
+            // proto3 reads an absent field as 0: no version at all is a
+            // malformed frame, not a version we do not speak.
+            return Err(PeerError::Malformed {
+                format: "protobuf",
+                detail: "envelope has no protocol version".into(),
+            });
+        }
+        if p.version != PROTOCOL_VERSION {
+            return Err(PeerError::UnsupportedVersion {
+                found: p.version,
+                supported: PROTOCOL_VERSION,
+            });
+        }
+        let sender = AgentId::parse_field("sender", &p.sender)?;
+        use pb::envelope::Body;
+        let message = match p.body {
+            None => return Err(PeerError::UnknownMessageType),
+            Some(Body::Obligation(o)) => Message::Obligation(obligation_from_pb(&o)?),
+            Some(Body::Ack(a)) => {
+                if a.members.is_empty() {
+                    return Err(FieldError::new("members", FieldProblem::Empty).into());
+                }
+                let target = AgentId::parse_field("target", &a.target)?;
+                let acks = a
+                    .members
+                    .iter()
+                    .map(|m| from_member(m, &target, &a.receiver_instance))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Message::Acks(acks)
+            }
+            Some(Body::StatusQuery(q)) => Message::StatusQuery(
+                q.obligation_ids
+                    .iter()
+                    .map(|s| ObligationId::parse_field("obligation_ids", s))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(Body::StatusReply(r)) => {
+                let target = AgentId::parse_field("target", &r.target)?;
+                Message::StatusReply(StatusReply {
+                    known: r
+                        .known
+                        .iter()
+                        .map(|m| from_member(m, &target, &r.receiver_instance))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    unknown: r
+                        .unknown
+                        .iter()
+                        .map(|s| ObligationId::parse_field("unknown", s))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    target,
+                })
+            }
+            Some(Body::Error(e)) => Message::Error(ProtocolError {
+                code: ErrorCode::from_pb(e.code)?,
+                obligation_id: if e.obligation_id.is_empty() {
+                    None
+                } else {
+                    Some(ObligationId::parse_field(
+                        "obligation_id",
+                        &e.obligation_id,
+                    )?)
+                },
+                digest: opt_digest("digest", &e.digest)?,
+                message: e.message,
+            }),
+            Some(Body::Sealed(s)) => Message::Relay(relay::sealed_from_pb(s)?),
+            Some(Body::RelayReceipt(r)) => Message::Relay(relay::receipt_from_pb(r)?),
+            Some(Body::Pull(p)) => Message::Relay(relay::pull_from_pb(p)?),
+            Some(Body::PullDone(d)) => Message::Relay(RelayMessage::PullDone {
+                remaining: d.remaining,
+            }),
+            Some(Body::Delivered(d)) => Message::Relay(relay::delivered_from_pb(d)?),
+        };
+        Ok(Envelope { sender, message })
+    }
+}
