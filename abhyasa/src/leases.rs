@@ -66,6 +66,15 @@ pub enum LeaseWarningKind {
     /// receiver's supersession guard needs sequences). The lease lapses
     /// at its end unless the principal grants again.
     Unsequenced,
+    /// The lease term is not longer than this node's skew margin: a
+    /// receiver with the same margin could never exercise it, so it is
+    /// not renewed (renewing would be a busy loop of useless grants).
+    WithinSkewMargin {
+        /// The grant's lease term, in seconds.
+        term_seconds: u64,
+        /// The skew margin, in milliseconds.
+        skew_margin_ms: u64,
+    },
 }
 
 /// A configuration warning raised when a leased grant was offered: also
@@ -289,6 +298,24 @@ impl Renewals {
             });
             return;
         }
+        if term <= self.skew_margin {
+            self.warn(LeaseWarning {
+                key: key.clone(),
+                obligation_id: ob.id().clone(),
+                kind: LeaseWarningKind::WithinSkewMargin {
+                    term_seconds: term.as_secs(),
+                    skew_margin_ms: u64::try_from(self.skew_margin.as_millis()).unwrap_or(u64::MAX),
+                },
+                message: format!(
+                    "leased grant {} on {key}: a lease of {} s is not longer than the skew \
+                     margin of {} ms, so it is never exercisable and is not renewed",
+                    ob.id(),
+                    term.as_secs(),
+                    self.skew_margin.as_millis()
+                ),
+            });
+            return;
+        }
         if !still_grants(principal, &key, ob) {
             // Superseded at offer: the principal does not hold this grant.
             return;
@@ -317,7 +344,10 @@ impl Renewals {
 
     fn next_at(&mut self, issued: Timestamp, term: Duration) -> Timestamp {
         let u: f64 = self.rng.random();
-        issued.saturating_add(lease::renewal_delay(term, self.skew_margin, u))
+        // A floor of a twentieth of the term: a usable term barely above
+        // the skew margin must not turn into a busy loop of renewals.
+        let delay = lease::renewal_delay(term, self.skew_margin, u).max(term / 20);
+        issued.saturating_add(delay)
     }
 
     /// Ends the chain on `key`, if any.

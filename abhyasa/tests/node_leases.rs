@@ -299,6 +299,24 @@ async fn lease_longer_than_the_revocation_deadline_warns_when_granted() {
         alice.renewals().await.unwrap().is_empty(),
         "unsequenced: no chain"
     );
+    // A lease no longer than the skew margin (2 s by default) could never
+    // be exercised: warned, not renewed.
+    alice
+        .offer(leased_grant("too-short", Some(3), alice.now(), 2))
+        .await
+        .unwrap();
+    let w = alice.lease_warnings().await.unwrap();
+    assert_eq!(
+        w[2].kind,
+        abhyasa::leases::LeaseWarningKind::WithinSkewMargin {
+            term_seconds: 2,
+            skew_margin_ms: 2000
+        }
+    );
+    assert!(
+        alice.renewals().await.unwrap().is_empty(),
+        "within skew: no chain"
+    );
     alice.shutdown().await.unwrap();
     bob.shutdown().await.unwrap();
 }
