@@ -268,6 +268,9 @@ impl Renewals {
         let Some(key) = admitted.key else {
             return;
         };
+        if admitted.leased.is_none() {
+            self.warn_revocation(&key, ob);
+        }
         self.stop(&key);
         let Some(term) = admitted.leased else {
             return;
@@ -332,6 +335,28 @@ impl Renewals {
                 next_at,
             },
         );
+    }
+
+    /// A revocation (any non-grant) on a key this node leased: its own
+    /// deadline is the revocation deadline that matters, and a lease that
+    /// outlasts it leaves the partitioned agent acting after the
+    /// revocation escalates.
+    fn warn_revocation(&mut self, key: &GovernedKey, ob: &Obligation) {
+        let Some(term) = self.chains.get(key).map(|c| c.term) else {
+            return;
+        };
+        let deadline = Duration::from_secs(ob.deadline_seconds());
+        if let Some(message) = lease::lease_warning(term, deadline) {
+            self.warn(LeaseWarning {
+                key: key.clone(),
+                obligation_id: ob.id().clone(),
+                kind: LeaseWarningKind::TermExceedsRevocationDeadline {
+                    term_seconds: term.as_secs(),
+                    revocation_deadline_seconds: deadline.as_secs(),
+                },
+                message,
+            });
+        }
     }
 
     fn warn(&mut self, w: LeaseWarning) {

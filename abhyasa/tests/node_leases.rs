@@ -317,6 +317,35 @@ async fn lease_longer_than_the_revocation_deadline_warns_when_granted() {
         alice.renewals().await.unwrap().is_empty(),
         "within skew: no chain"
     );
+    // A revocation on a renewed key whose own deadline is shorter than
+    // the lease warns too (here 60 s against 900 s), and ends the renewals.
+    alice
+        .offer(leased_grant("long-2", Some(4), alice.now(), 900))
+        .await
+        .unwrap();
+    let revoke = Obligation::builder()
+        .id("revoke-5")
+        .kind("anumati.consent")
+        .target("bob")
+        .payload(json!({"decision": "revoke", "scope": "email.read"}))
+        .deadline_seconds(60)
+        .max_retries(6)
+        .created_at(alice.now())
+        .sequence(5)
+        .build()
+        .unwrap();
+    alice.offer(revoke).await.unwrap();
+    let w = alice.lease_warnings().await.unwrap();
+    assert_eq!(w.len(), 5, "{w:?}");
+    assert_eq!(w[4].obligation_id.as_str(), "revoke-5");
+    assert_eq!(
+        w[4].kind,
+        abhyasa::leases::LeaseWarningKind::TermExceedsRevocationDeadline {
+            term_seconds: 900,
+            revocation_deadline_seconds: 60
+        }
+    );
+    assert!(alice.renewals().await.unwrap().is_empty());
     alice.shutdown().await.unwrap();
     bob.shutdown().await.unwrap();
 }
