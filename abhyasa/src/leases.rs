@@ -5,6 +5,11 @@
 //! authority at the moment of asking, so a partitioned agent that checks
 //! before acting stops at lease expiry though no revocation arrives
 //! (C-TR-4).
+//!
+//! As principal, the node renews the leased grants it offered
+//! (the `Renewals` scheduler, on the driver's timer loop; shown by
+//! [`crate::Node::renewals`]) and warns about leases that outlast the
+//! revocation deadline ([`LeaseWarning`], [`crate::Node::lease_warnings`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
