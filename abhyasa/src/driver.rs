@@ -90,6 +90,14 @@ pub(crate) enum Command {
     Leases {
         reply: oneshot::Sender<Vec<crate::leases::LeaseView>>,
     },
+    /// The principal's live lease renewal chains.
+    Renewals {
+        reply: oneshot::Sender<Vec<crate::leases::RenewalView>>,
+    },
+    /// The lease warnings raised when leased grants were offered.
+    LeaseWarnings {
+        reply: oneshot::Sender<Vec<crate::leases::LeaseWarning>>,
+    },
 }
 
 pub(crate) struct Driver {
@@ -130,6 +138,9 @@ pub(crate) struct Driver {
     /// not be able to fill the log (C-ND-5). Counted in metrics either way.
     peer_warnings: abhyasa_transport::limit::WarnLimiter,
     max_batch_inputs: usize,
+    /// Principal-side lease renewals (issue 13): a timer source served
+    /// every turn like the custodian's and the receiver's.
+    renewals: crate::leases::Renewals,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -150,6 +161,8 @@ impl Driver {
         events: broadcast::Sender<NodeEvent>,
         max_batch_inputs: usize,
     ) -> Self {
+        let renewals =
+            crate::leases::Renewals::new(custodian.config().seed, std::time::Duration::ZERO, None);
         Self {
             agent,
             custodian,
@@ -177,8 +190,16 @@ impl Driver {
             metrics: MetricsSnapshot::default(),
             peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
             max_batch_inputs,
+            renewals,
             shutdown: None,
         }
+    }
+
+    /// Uses `renewals` as the lease renewal scheduler (built from the
+    /// node's options: seed, skew margin, revocation deadline).
+    pub(crate) fn with_renewals(mut self, renewals: crate::leases::Renewals) -> Self {
+        self.renewals = renewals;
+        self
     }
 
     /// Sends the receiver's apply requests to `applier` on their own
@@ -223,10 +244,14 @@ impl Driver {
 
     async fn main_loop(&mut self) -> Result<(), NodeError> {
         loop {
-            let next = match (self.custodian.poll_timeout(), self.receiver.poll_timeout()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = [
+                self.custodian.poll_timeout(),
+                self.receiver.poll_timeout(),
+                self.renewals.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let timer = next.map(|t| {
                 let wait = t.saturating_duration_since(self.now());
                 tokio::time::Instant::now() + wait
@@ -318,6 +343,38 @@ impl Driver {
         }
         if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
             self.receiver.handle_timeout(now);
+        }
+        if self.renewals.poll_timeout().is_some_and(|t| t <= now) {
+            self.renew_leases(now);
+        }
+    }
+
+    /// Offers the lease renewals due now (issue 13). Each is a grant
+    /// offered like any other: best-effort, and released only after the
+    /// record of its sequence commits (write-ahead).
+    fn renew_leases(&mut self, now: Timestamp) {
+        for (key, renewal) in self.renewals.poll_renewals(now, self.custodian.principal()) {
+            let bytes = match self.admit_bytes(&renewal) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(%key, error = %e, "lease renewal deferred");
+                    self.renewals.skipped(now, key, true);
+                    continue;
+                }
+            };
+            let id = renewal.id().clone();
+            let target = renewal.target().clone();
+            match self.custodian.offer(now, renewal.clone()) {
+                Ok(Offered::BestEffort | Offered::Custody { .. }) => {
+                    tracing::debug!(%key, %id, sequence = ?renewal.sequence(), "lease renewed");
+                    self.unreleased.add(id, target, bytes);
+                    self.renewals.renewed(key, renewal);
+                }
+                other => {
+                    tracing::warn!(%key, %id, result = ?other, "lease renewal refused; renewals stopped");
+                    self.renewals.skipped(now, key, false);
+                }
+            }
         }
     }
 
@@ -762,8 +819,29 @@ impl Driver {
                         return true;
                     }
                 };
+                // Issue 13: an offer the custodian already knows is an
+                // idempotent repeat and concerns no renewal chain.
+                let known =
+                    self.custodian.is_pending(&id) || self.custodian.terminal(&id).is_some();
+                let admitted = if known {
+                    crate::leases::Admitted::none()
+                } else {
+                    match self.renewals.admit(self.custodian.registry(), &obligation) {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::info!(%id, error = %e, "offer refused");
+                            let _ = reply.send(Err(e));
+                            return true;
+                        }
+                    }
+                };
+                let copy = admitted.concerns_renewals().then(|| obligation.clone());
                 match self.custodian.offer(now, obligation) {
                     Ok(Offered::Custody { .. } | Offered::BestEffort) => {
+                        if let Some(ob) = copy {
+                            self.renewals
+                                .accepted(admitted, &ob, self.custodian.principal());
+                        }
                         self.unreleased.add(id.clone(), target, bytes);
                         // Answered once the record is durable.
                         self.offer_waiters.entry(id).or_default().push(reply);
@@ -911,6 +989,15 @@ impl Driver {
                         .collect();
                     let _ = reply.send(views);
                 }));
+            }
+            Command::Renewals { reply } => {
+                // The latest renewal shown is durable (C-ND-2).
+                self.after_commit(Box::new(move |d: &Driver| {
+                    let _ = reply.send(d.renewals.views());
+                }));
+            }
+            Command::LeaseWarnings { reply } => {
+                let _ = reply.send(self.renewals.warnings());
             }
             Command::Shutdown { reply } => {
                 self.shutdown = Some(reply);

@@ -123,6 +123,11 @@ impl Node {
         stop.disarm();
         published.store(state.next_event.0, std::sync::atomic::Ordering::SeqCst);
         let now = options.clock.now();
+        let renewals = crate::leases::Renewals::new(
+            options.custodian.seed,
+            options.receiver.skew_margin,
+            options.revocation_deadline,
+        );
         let custodian = abhyasa_core::custody::Custodian::restore(
             options.custodian,
             options.registry.clone(),
@@ -153,7 +158,8 @@ impl Node {
             ev_tx.clone(),
             options.max_batch_inputs,
         )
-        .with_async_applier(options.async_applier);
+        .with_async_applier(options.async_applier)
+        .with_renewals(renewals);
         let (stopped_tx, stopped) = watch::channel(None);
         tokio::spawn(async move {
             let result = driver.run().await.map_err(Arc::new);
@@ -366,6 +372,22 @@ impl Node {
     /// with its authority now (`abhyasa leases`). Cancel-safe.
     pub async fn leases(&self) -> Result<Vec<crate::leases::LeaseView>, NodeError> {
         self.ask(|reply| Command::Leases { reply }).await
+    }
+
+    /// The leases this node renews as principal (issue 13): one chain per
+    /// governed key on which it offered a sequenced leased grant and still
+    /// grants, with the latest grant sent and when the next renewal is due.
+    /// Cancel-safe.
+    pub async fn renewals(&self) -> Result<Vec<crate::leases::RenewalView>, NodeError> {
+        self.ask(|reply| Command::Renewals { reply }).await
+    }
+
+    /// The warnings raised when leased grants were offered (a lease term
+    /// longer than [`NodeOptions::revocation_deadline`], or an unsequenced
+    /// grant that cannot be renewed), oldest first; each was also logged.
+    /// Cancel-safe.
+    pub async fn lease_warnings(&self) -> Result<Vec<crate::leases::LeaseWarning>, NodeError> {
+        self.ask(|reply| Command::LeaseWarnings { reply }).await
     }
 
     async fn query<T>(

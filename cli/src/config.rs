@@ -27,7 +27,7 @@
 //! decline_policy = "apply_safe"   # default: "apply_safe" or "surface"
 //! control_socket = "control.sock" # relative to the node directory
 //! card_endpoint = "https://…"    # advertised in `abhyasa card` (default: the [http] URLs, else quic://<listen>)
-//! card_deadline_seconds = 300     # advertised custody deadline per kind
+//! card_deadline_seconds = 300     # advertised custody deadline per kind (a leased grant longer than it warns)
 //!
 //! [kind_decline_policy]           # per-kind override of decline_policy
 //! "anumati.consent" = "surface"
@@ -613,6 +613,9 @@ impl Resolved {
         o.receiver.max_created_at_skew = Duration::from_secs(self.raw.max_created_at_skew_seconds);
         o.receiver.max_deadline = Duration::from_secs(self.raw.max_deadline_seconds);
         o.receiver.ledger_quota = self.raw.ledger_quota;
+        // Issue 13: revocations carry the advertised custody deadline, so
+        // a leased grant whose term is longer draws a lease warning.
+        o.revocation_deadline = Some(Duration::from_secs(self.raw.card_deadline_seconds));
     }
 
     /// The kind profiles the card advertises (and the HTTP binding serves):

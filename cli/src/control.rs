@@ -13,6 +13,7 @@
 //! | `resolve`     | `obligation_id`, `resolution` (`apply_safe` or `dismiss`)     |
 //! | `metrics`     |                                                               |
 //! | `authorizations` | (durable principal-side state per governed key)            |
+//! | `leases`      | (leased grants this node holds as receiver, the leases it renews as principal, lease warnings) |
 //!
 //! Reads are paged and answered from the store's indexes (issue 11 §5):
 //! `list` answers `{"items": [...], "next": ID | null}` (obligations in id
@@ -83,6 +84,7 @@ pub(crate) enum Request {
     },
     Metrics,
     Authorizations,
+    Leases,
 }
 
 /// The states `list` filters on.
@@ -109,6 +111,11 @@ impl ControlError {
             message: message.into(),
         }
     }
+
+    /// An `internal` error (a bug of ours, not of the request).
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new("internal", message)
+    }
 }
 
 impl From<NodeError> for ControlError {
@@ -119,6 +126,7 @@ impl From<NodeError> for ControlError {
             NodeError::Backpressure { .. } => "backpressure",
             NodeError::UnknownObligation(_) | NodeError::UnknownDecisionItem(_) => "unknown",
             NodeError::UnknownPeer(_) => "unreachable",
+            NodeError::SupersededByRenewal { .. } => "refused",
             NodeError::Stopped => "stopped",
             _ => "internal",
         };
@@ -370,6 +378,7 @@ pub(crate) async fn dispatch(
             rows.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
             Ok(Value::Array(rows))
         }
+        Request::Leases => crate::cmd::leases::answer(node).await,
     }
 }
 

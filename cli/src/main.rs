@@ -44,6 +44,10 @@ enum Command {
     /// Principal-side state per governed key: granted or withheld, its
     /// sequence, and when and why it last changed (durable state only).
     Authorizations(cmd::client::ReadArgs),
+    /// Leases (issue 13): the leased grants this node holds as receiver
+    /// (key, scope, lease end, active or lapsed), the leases it renews as
+    /// principal, and lease warnings.
+    Leases(cmd::client::ReadArgs),
     /// Records a principal decision on a key, or resolves a surfaced decline.
     Decide(cmd::client::DecideArgs),
     /// Prints the A2A AgentCard extension entry for this node (config only).
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Metrics(a) => cmd::client::metrics(a),
         Command::Decide(a) => cmd::client::decide(a),
         Command::Authorizations(a) => cmd::client::authorizations(a),
+        Command::Leases(a) => cmd::leases::run(a),
         Command::Card(a) => cmd::client::card(a),
         Command::Store(c) => cmd::store::run(c),
         Command::Relay(c) => cmd::relay::run(c),

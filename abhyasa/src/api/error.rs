@@ -76,6 +76,23 @@ pub enum NodeError {
     /// I/O.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The offer's sequence is not newer than a lease renewal this node
+    /// already sent on the key (issue 13): the receiver would decline it
+    /// `superseded`, so it is refused here instead; nothing was accepted.
+    /// Offer it with a sequence above `newest` (or none).
+    #[error(
+        "sequence {offered} on {key} is not newer than {newest}, the lease renewal this node \
+         already sent on the key; offer it with sequence {next} or higher",
+        next = newest.0.saturating_add(1)
+    )]
+    SupersededByRenewal {
+        /// The governed key.
+        key: abhyasa_core::GovernedKey,
+        /// The sequence offered.
+        offered: abhyasa_core::Sequence,
+        /// The newest renewal's sequence.
+        newest: abhyasa_core::Sequence,
+    },
 }
 
 impl NodeError {

@@ -54,6 +54,13 @@ pub struct NodeOptions {
     /// (default 65,536). A subscriber that falls further behind is refilled
     /// from the store's log, so this bounds memory, not what is delivered.
     pub event_capacity: usize,
+    /// The custody deadline this principal gives its revocations, if known
+    /// (default `None`). A leased grant whose term is longer draws a
+    /// [`LeaseWarning`](crate::leases::LeaseWarning) when it is offered: for
+    /// up to `term - deadline` a partitioned agent may act after the
+    /// revocation escalated (issue 13). The CLI sets it from
+    /// `card_deadline_seconds`.
+    pub revocation_deadline: Option<std::time::Duration>,
 }
 
 impl NodeOptions {
@@ -71,6 +78,7 @@ impl NodeOptions {
             inline_store: false,
             compaction: CompactionPolicy::default(),
             event_capacity: 65_536,
+            revocation_deadline: None,
         }
     }
 

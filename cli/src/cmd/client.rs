@@ -24,7 +24,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    fn socket(&self) -> Result<PathBuf, String> {
+    pub(crate) fn socket(&self) -> Result<PathBuf, String> {
         match &self.socket {
             Some(s) => Ok(s.clone()),
             None => Ok(NodeConfig::load(&self.dir)?.socket),
@@ -76,7 +76,7 @@ pub(crate) fn call(socket: &Path, req: &Request) -> Result<Value, String> {
     }
 }
 
-fn print_json(v: &Value) -> Result<(), String> {
+pub(crate) fn print_json(v: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(std::io::stdout(), "{text}");
@@ -227,10 +227,10 @@ pub(crate) fn send(a: SendArgs) -> Result<(), String> {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReadArgs {
     #[command(flatten)]
-    target: Target,
+    pub(crate) target: Target,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Options of `abhyasa status`.
