@@ -29,15 +29,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use abhyasa_core::wire::{Envelope, FrameKey, Message, RelayMessage};
-use abhyasa_core::{AgentId, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, ObligationId};
 use abhyasa_quic::{Identity, PeerPin};
 use abhyasa_transport::{Incoming, Router, SendError, Transport, TransportHandle};
 use tokio::sync::mpsc;
 
+use crate::relay::{system_clock, Clock};
 use crate::seal::{Opener, SealFailure, Sealer};
 
 /// How a node reaches peers through one relay.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RelayedConfig {
     /// The relay (a pinned peer of the wrapped transport).
     pub relay: AgentId,
@@ -52,6 +53,21 @@ pub struct RelayedConfig {
     pub pull_max_bytes: u64,
     /// How long the relay holds this node's acks and status frames.
     pub ack_hold: Duration,
+    /// Where `now` comes from when stamping the hold of acks and status
+    /// frames: the node's clock (simulated time in the simulator).
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for RelayedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayedConfig")
+            .field("relay", &self.relay)
+            .field("peers", &self.peers)
+            .field("pull_max_frames", &self.pull_max_frames)
+            .field("pull_max_bytes", &self.pull_max_bytes)
+            .field("ack_hold", &self.ack_hold)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RelayedConfig {
@@ -65,6 +81,7 @@ impl RelayedConfig {
             pull_max_frames: 256,
             pull_max_bytes: 4 << 20,
             ack_hold: Duration::from_secs(24 * 3600),
+            clock: system_clock(),
         }
     }
 }
@@ -86,13 +103,6 @@ pub struct RelayedStats {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
-}
-
-fn now() -> Timestamp {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    Timestamp::from_unix_micros(micros)
 }
 
 /// Most frame keys remembered for naming refusals: a relay answers within
@@ -135,14 +145,23 @@ fn lock(m: &Mutex<SentKeys>) -> std::sync::MutexGuard<'_, SentKeys> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[derive(Debug)]
 struct SealRouter {
     relay: AgentId,
     peers: HashSet<AgentId>,
     sealer: Sealer,
     ack_hold: Duration,
+    clock: Clock,
     stats: Arc<RelayedStats>,
     sent: Arc<Mutex<SentKeys>>,
+}
+
+impl std::fmt::Debug for SealRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealRouter")
+            .field("relay", &self.relay)
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Router for SealRouter {
@@ -159,7 +178,7 @@ impl Router for SealRouter {
         let expires_at = match &envelope.message {
             // The deadline binds the relay too: never delivered after it.
             Message::Obligation(o) => o.deadline_at(),
-            _ => now().saturating_add(self.ack_hold),
+            _ => (self.clock)().saturating_add(self.ack_hold),
         };
         let sealed = self
             .sealer
@@ -216,6 +235,7 @@ pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<R
         peers: config.peers.iter().map(|p| p.agent.clone()).collect(),
         sealer: Sealer::new(local.clone(), config.identity.clone(), handle.max_frame()),
         ack_hold: config.ack_hold,
+        clock: config.clock.clone(),
         stats: stats.clone(),
         sent: sent.clone(),
     };
