@@ -350,20 +350,22 @@ pub(crate) fn check_windows(
                     }
                 }
             }
-            Some((open, _)) if !inside && deadline <= at(*open) => {
-                if !apps.is_empty() || state != Some(CloseState::Escalated) {
-                    v(
-                        &mut out,
-                        "C-TR-6",
-                        Some(name),
-                        format!(
-                            "its deadline passes before the next window opens ({} s) yet it \
-                             was applied {} times and closed {state:?}",
-                            open.as_secs_f64(),
-                            apps.len()
-                        ),
-                    );
-                }
+            Some((open, _))
+                if !inside
+                    && deadline <= at(*open)
+                    && (!apps.is_empty() || state != Some(CloseState::Escalated)) =>
+            {
+                v(
+                    &mut out,
+                    "C-TR-6",
+                    Some(name),
+                    format!(
+                        "its deadline passes before the next window opens ({} s) yet it \
+                         was applied {} times and closed {state:?}",
+                        open.as_secs_f64(),
+                        apps.len()
+                    ),
+                );
             }
             _ => {}
         }
