@@ -755,6 +755,25 @@ impl Driver {
                 tracing::info!(%peer, "peer down");
                 let _ = self.events.send(NodeEvent::PeerDown(peer));
             }
+            Incoming::RelayRefused {
+                peer,
+                destination,
+                obligation_id,
+                code,
+                retry_after_seconds,
+                ..
+            } => {
+                // Hop acceptance only: surfaced, never handed to the
+                // custodian, which keeps its schedule (spec §7).
+                self.metrics.relay_refused += 1;
+                let _ = self.events.send(NodeEvent::RelayRefused {
+                    relay: peer,
+                    destination,
+                    obligation_id,
+                    code,
+                    retry_after_seconds,
+                });
+            }
             other => tracing::debug!(?other, "transport"),
         }
     }

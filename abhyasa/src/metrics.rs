@@ -119,6 +119,9 @@ pub struct MetricsSnapshot {
     /// Coalesced frames split in two to fit the frame limit.
     #[serde(default)]
     pub frames_split: u64,
+    /// Frames a store-and-forward relay refused (any code; custody kept).
+    #[serde(default)]
+    pub relay_refused: u64,
 }
 
 impl MetricsSnapshot {

@@ -180,6 +180,35 @@ pub enum Study {
     /// Spurious-escalation and escalation rates against partition length,
     /// with the deadline marked (study.csv + study.svg).
     PartitionDuration(PartitionDurationArgs),
+    /// Escalation and spurious-escalation rates against contact-window
+    /// length, relayed against direct (window.csv + window.svg).
+    WindowLength(WindowLengthArgs),
+}
+
+/// `abhyasa-sim study window-length`.
+#[derive(Debug, Args)]
+pub struct WindowLengthArgs {
+    /// A relayed scenario with `[[relay.window]]`s, whose length is swept.
+    #[arg(value_name = "SCENARIO.toml")]
+    pub scenario: PathBuf,
+    /// Shortest window.
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    pub from: Duration,
+    /// Longest window.
+    #[arg(long, value_parser = parse_duration, default_value = "8s")]
+    pub to: Duration,
+    /// Window lengths: K points evenly spaced from --from to --to.
+    #[arg(long, default_value_t = 5)]
+    pub steps: u32,
+    /// Seeds per length and mode: seed index j runs seed --seed + j.
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u32,
+    /// Base seed.
+    #[arg(long, short = 's', default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// `abhyasa-sim study partition-duration`.
@@ -263,6 +292,9 @@ where
         Command::Study(StudyArgs {
             study: Study::PartitionDuration(a),
         }) => study_partition_duration(a),
+        Command::Study(StudyArgs {
+            study: Study::WindowLength(a),
+        }) => study_window_length(a),
     }
 }
 
@@ -473,6 +505,47 @@ fn study_partition_duration(a: PartitionDurationArgs) -> ExitCode {
     }
     match result {
         Ok(r) => finish_study(&r, &a.out, a.quiet),
+        Err(e) => usage(e),
+    }
+}
+
+fn study_window_length(a: WindowLengthArgs) -> ExitCode {
+    use crate::study::window::{write_window_study, WindowLengthStudy};
+    let scenario = match crate::fullstack::Scenario::from_file(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
+    };
+    if a.steps == 0 || a.seeds == 0 || a.from > a.to || a.from.is_zero() {
+        return usage("--steps and --seeds must be at least 1, and 0 < --from <= --to");
+    }
+    let lengths = (0..a.steps)
+        .map(|i| {
+            if a.steps == 1 {
+                a.from
+            } else {
+                a.from + (a.to - a.from) * i / (a.steps - 1)
+            }
+        })
+        .collect();
+    let study = WindowLengthStudy {
+        scenario,
+        lengths,
+        seeds: a.seeds,
+        base_seed: a.seed,
+    };
+    let name = study.scenario.name.clone();
+    match study
+        .run()
+        .and_then(|rows| write_window_study(&name, &rows, &a.out).map(|t| (t, rows)))
+    {
+        Ok((table, rows)) => {
+            print!("{table}");
+            if rows.iter().any(|r| r.violations > 0) {
+                eprintln!("INVARIANT VIOLATED in the window-length study (see window.csv)");
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => usage(e),
     }
 }

@@ -2,6 +2,7 @@
 //! them are durable) and [`Outcome`]s of custody transfers.
 
 use abhyasa_core::custody::{CustodianEvent, ReceiverEvent, TerminalState};
+use abhyasa_core::wire::RefusalCode;
 use abhyasa_core::{AgentId, DeclineReason, Escalation, ObligationId};
 
 /// How a custody transfer ended, as seen by the custodian.
@@ -42,5 +43,23 @@ pub enum NodeEvent {
         peer: AgentId,
         /// What it did.
         what: String,
+    },
+    /// A store-and-forward relay refused a frame this node sealed (quota,
+    /// spool full, expired, unknown destination, too large, unauthorized).
+    /// Hop acceptance only: custody is kept and the custodian retries on
+    /// its schedule, so the obligation still ends applied, declined or
+    /// escalated at its deadline (never dropped). Counted in
+    /// `MetricsSnapshot::relay_refused`.
+    RelayRefused {
+        /// The relay.
+        relay: AgentId,
+        /// The peer the frame was sealed for, when known.
+        destination: Option<AgentId>,
+        /// The obligation the frame carried, when it carried one.
+        obligation_id: Option<ObligationId>,
+        /// Why the relay refused it.
+        code: RefusalCode,
+        /// The relay's retry hint in seconds (0 is no hint).
+        retry_after_seconds: u32,
     },
 }

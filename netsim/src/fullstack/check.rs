@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use abhyasa_core::{AgentId, GuardOutcome, ObligationId};
+use abhyasa_core::{AgentId, GuardOutcome, ObligationId, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::host::is_best_effort;
@@ -261,6 +261,113 @@ pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<V
             } else {
                 *e = seq.0;
             }
+        }
+    }
+    out
+}
+
+/// C-TR-6, contact windows: an edge reachable only in windows receives
+/// every obligation whose deadline outlasts the next window exactly once,
+/// inside a window no later than that one (the relay pushes on connect; it
+/// does not wait for the custodian's backoff); an obligation whose deadline
+/// passes before the next window opens escalates (its fail-safe is checked
+/// by AB-4 above); and the relay's spool ends empty.
+pub(crate) fn check_windows(
+    s: &Scenario,
+    t0: Timestamp,
+    t: &Inner,
+    spool_at_end: Option<u64>,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if let Some(n) = spool_at_end.filter(|n| *n > 0) {
+        v(
+            &mut out,
+            "C-TR-6",
+            None,
+            format!("the relay's spool holds {n} frames at the end"),
+        );
+    }
+    let applied = by_key(&t.applications, |a| (a.custodian.clone(), a.id.clone()));
+    let closes = by_key(&t.closes, |c| (c.custodian.clone(), c.id.clone()));
+    // A frame in flight when a window shuts may still land one latency
+    // later; nothing lands after that.
+    let slack = s.link.latency_max.0 * 2 + s.tick.0;
+    for (a, o) in &t.opened {
+        if is_best_effort(o) {
+            continue;
+        }
+        let Some(windows) = s.windows_of(o.target().as_str()) else {
+            continue;
+        };
+        let at = |d: std::time::Duration| t0.saturating_add(d);
+        let offered = o.created_at();
+        let deadline = o.deadline_at();
+        let inside = windows
+            .iter()
+            .any(|(open, close)| at(*open) <= offered && offered < at(*close));
+        let next = windows.iter().find(|(open, _)| at(*open) >= offered);
+        let k = (a.clone(), o.id().clone());
+        let name = format!("{}/{}", k.0, k.1);
+        let apps = applied.get(&k).map(Vec::as_slice).unwrap_or_default();
+        let state = closes.get(&k).and_then(|c| c.first()).map(|c| c.state);
+        match next {
+            Some((open, close)) if deadline >= at(*close) => {
+                let received = match state {
+                    Some(CloseState::Applied) => apps.len() == 1,
+                    Some(CloseState::Declined(_)) => apps.is_empty(),
+                    _ => false,
+                };
+                if !received {
+                    v(
+                        &mut out,
+                        "C-TR-6",
+                        Some(name.clone()),
+                        format!(
+                            "its deadline outlasts the next window (opens {}s) but it was \
+                             applied {} times and closed {state:?}",
+                            open.as_secs_f64(),
+                            apps.len()
+                        ),
+                    );
+                }
+                for ap in apps {
+                    let in_window = windows
+                        .iter()
+                        .any(|(o, c)| at(*o) <= ap.at && ap.at <= at(*c).saturating_add(slack));
+                    if !in_window || ap.at > at(*close).saturating_add(slack) {
+                        v(
+                            &mut out,
+                            "C-TR-6",
+                            Some(name.clone()),
+                            format!(
+                                "applied at {} s, not inside a window up to the next one \
+                                 ({}-{} s)",
+                                ap.at.saturating_duration_since(t0).as_secs_f64(),
+                                open.as_secs_f64(),
+                                close.as_secs_f64()
+                            ),
+                        );
+                    }
+                }
+            }
+            Some((open, _))
+                if !inside
+                    && deadline <= at(*open)
+                    && (!apps.is_empty() || state != Some(CloseState::Escalated)) =>
+            {
+                v(
+                    &mut out,
+                    "C-TR-6",
+                    Some(name),
+                    format!(
+                        "its deadline passes before the next window opens ({} s) yet it \
+                         was applied {} times and closed {state:?}",
+                        open.as_secs_f64(),
+                        apps.len()
+                    ),
+                );
+            }
+            _ => {}
         }
     }
     out

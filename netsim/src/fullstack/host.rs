@@ -4,26 +4,28 @@
 //! crashed. A restart (turmoil `bounce`) runs the same software again on
 //! the same disk, so the node recovers from what was committed.
 //!
-//! Roles today: custodian (offers the workload) and receiver (applies,
-//! declines or defers). A store-and-forward relay is a third role: a host
-//! with a disk and a transport that forwards frames and never takes custody
-//! (DESIGN §2 "End-to-end custody"); add it as `Role::Relay` with its own
-//! `run_*` function when the relay exists.
+//! Roles: custodian (offers the workload), receiver (applies, declines or
+//! defers) and, in relayed scenarios, the store-and-forward relay: the
+//! real relay daemon (`abhyasa_spool`) on its own redb spool over turmoil
+//! UDP in simulated time, which forwards sealed frames and never takes
+//! custody (DESIGN §2 "End-to-end custody"). With a relay, custodians and
+//! receivers both dial out to it and reach each other only through it.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use abhyasa::clock::TokioClock;
+use abhyasa::clock::{Clock, TokioClock};
 use abhyasa::{Node, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, Offered, StandardApplier};
 use abhyasa_core::store::SimStore;
 use abhyasa_core::wire::Message;
 use abhyasa_core::{AgentId, Obligation, RetryBackoff, Timestamp};
 use abhyasa_quic::{Identity, PeerPin, QuicConfig};
+use abhyasa_spool::{relayed, RelayParts, RelayedConfig, SpoolLimits};
 use abhyasa_transport::{Incoming, LinkConfig, Transport};
 
-use super::scenario::{Scenario, TransportKind};
+use super::scenario::{Scenario, TransportKind, RELAY_HOST};
 use super::truth::{RecordingApplier, RecordingStore, Truth};
 use super::udp::{Dropper, SimUdp};
 
@@ -37,6 +39,8 @@ pub(crate) enum Role {
     Custodian,
     /// Applies, declines or defers what it receives.
     Receiver,
+    /// The store-and-forward relay between them.
+    Relay,
 }
 
 /// One obligation of the workload and when it is offered.
@@ -61,6 +65,11 @@ pub(crate) struct HostCtx {
     pub(crate) dropper: Arc<Mutex<Dropper>>,
     pub(crate) truth: Truth,
     pub(crate) plan: Arc<Vec<Planned>>,
+    /// With a relay: its pin (custodians and receivers dial it and reach
+    /// their `peers` through it).
+    pub(crate) relay: Option<PeerPin>,
+    /// The relay host's spool file.
+    pub(crate) spool_path: Option<std::path::PathBuf>,
 }
 
 /// Errors that end a host's software (reported as a run error).
@@ -102,11 +111,27 @@ pub(crate) async fn run_host(ctx: Arc<HostCtx>) -> Result<(), Box<dyn std::error
         *n += 1;
         *n
     });
+    let clock = TokioClock::starting_at(now);
     let transport = start_transport(&ctx, incarnation).await?;
+    if ctx.role == Role::Relay {
+        return run_relay(&ctx, transport, clock).await;
+    }
+    let transport = match &ctx.relay {
+        Some(relay) => {
+            let mut c = RelayedConfig::new(
+                relay.agent.clone(),
+                ctx.peers.iter().map(|(_, p)| p.clone()).collect(),
+                ctx.identity.clone(),
+            );
+            c.clock = Arc::new(move || clock.now());
+            relayed(transport, c).0
+        }
+        None => transport,
+    };
     let transport = count_frames(transport, ctx.truth.clone());
     let mut o = NodeOptions::new(ctx.agent.clone());
     o.inline_store = true;
-    o.clock = Arc::new(TokioClock::starting_at(now));
+    o.clock = Arc::new(clock);
     o.custodian.seed =
         super::truth::splitmix(ctx.seed ^ super::truth::splitmix(host_index(&ctx.name)));
     let w = &ctx.scenario.workload;
@@ -146,6 +171,58 @@ pub(crate) async fn run_host(ctx: Arc<HostCtx>) -> Result<(), Box<dyn std::error
     Ok(())
 }
 
+/// The relay's software: the daemon over the host's transport, its clock
+/// simulated time, until the host is crashed.
+async fn run_relay(
+    ctx: &HostCtx,
+    transport: Transport,
+    clock: TokioClock,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let spool_path = ctx
+        .spool_path
+        .clone()
+        .ok_or_else(|| start_err(&ctx.name, "relay without a spool path"))?;
+    let max_hold = ctx
+        .scenario
+        .relay
+        .as_ref()
+        .map_or(Duration::from_secs(24 * 3600), |r| r.max_hold.0);
+    let mut limits = SpoolLimits::default();
+    limits.max_hold = max_hold;
+    let relay = abhyasa_spool::start_with(RelayParts {
+        transport,
+        serves: ctx.peers.iter().map(|(_, p)| p.agent.clone()).collect(),
+        spool_path,
+        limits,
+        status_path: None,
+        clock: Arc::new(move || clock.now()),
+    })
+    .await
+    .map_err(|e| start_err(&ctx.name, e))?;
+    // Sample the spool's depth for the report (its status is refreshed on
+    // every change).
+    let custodians: Vec<&AgentId> = ctx
+        .peers
+        .iter()
+        .filter(|(h, _)| h.starts_with("custodian-"))
+        .map(|(_, p)| &p.agent)
+        .collect();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let st = relay.status();
+        let back: usize = st
+            .destinations
+            .iter()
+            .filter(|d| custodians.contains(&&d.destination))
+            .map(|d| d.depth)
+            .sum();
+        ctx.truth.with(|t| {
+            t.relay_spool_peak = t.relay_spool_peak.max(st.frames as u64);
+            t.relay_back_peak = t.relay_back_peak.max(back as u64);
+        });
+    }
+}
+
 fn host_index(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -174,11 +251,31 @@ async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, H
                 chunk.copy_from_slice(&super::truth::splitmix(base + i as u64).to_le_bytes());
             }
             config.dangerous_rng_seed = Some(rng_seed);
-            for (host, pin) in &ctx.peers {
-                // Custodians dial their receivers; receivers wait.
-                let addr = (ctx.role == Role::Custodian)
-                    .then(|| SocketAddr::new(turmoil::lookup(host.as_str()), PORT));
-                config = config.with_peer(pin.clone(), addr);
+            match (&ctx.relay, ctx.role) {
+                // Relayed: every node dials out to the relay (an edge needs
+                // no public address); the relay dials no one.
+                (Some(relay), _) => {
+                    let addr = SocketAddr::new(turmoil::lookup(RELAY_HOST), PORT);
+                    config = config.with_peer(relay.clone(), Some(addr));
+                    // A dial that began while the contact window was shut
+                    // gives up soon, so the next one lands inside the window
+                    // (the handshake's own retransmission timer starts near
+                    // 1 s).
+                    config.connect_timeout = Duration::from_millis(500);
+                }
+                (None, Role::Relay) => {
+                    for (_, pin) in &ctx.peers {
+                        config = config.with_peer(pin.clone(), None);
+                    }
+                }
+                (None, _) => {
+                    for (host, pin) in &ctx.peers {
+                        // Custodians dial their receivers; receivers wait.
+                        let addr = (ctx.role == Role::Custodian)
+                            .then(|| SocketAddr::new(turmoil::lookup(host.as_str()), PORT));
+                        config = config.with_peer(pin.clone(), addr);
+                    }
+                }
             }
             let udp = SimUdp::new(
                 socket,

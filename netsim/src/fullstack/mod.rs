@@ -24,9 +24,10 @@ mod udp;
 mod ws;
 
 pub use check::Violation;
-pub use report::{Count, Outcomes, Overhead, Percentiles, RunReport};
+pub use report::{Count, Outcomes, Overhead, Percentiles, RelayReport, RunReport};
 pub use run::{run_scenario, RunError, T0_UNIX_SECONDS};
 pub use scenario::{
     parse_duration, Crash, Direction, Dur, Flap, Hosts, KindMix, LinkProfile, Partition,
-    ReceiverBehaviour, Scenario, ScenarioError, TransportKind, Workload,
+    ReceiverBehaviour, RelaySetup, Scenario, ScenarioError, TransportKind, Window, Workload,
+    RELAY_HOST,
 };

@@ -66,6 +66,18 @@ impl Percentiles {
     }
 }
 
+/// The relay's spool over a relayed run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayReport {
+    /// Most frames held at once (sampled every 100 ms of simulated time).
+    pub spool_peak: u64,
+    /// Most frames held at once for custodians (the edges' acks and
+    /// status replies waiting to pass back).
+    pub spool_peak_to_custodians: u64,
+    /// Frames still held when the run ended (C-TR-6: none).
+    pub spool_at_end: u64,
+}
+
 /// Frames and bytes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Count {
@@ -106,6 +118,9 @@ pub struct Overhead {
 /// The report of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
+    /// The relay's spool, in relayed scenarios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<RelayReport>,
     /// Scenario name.
     pub scenario: String,
     /// Seed.
@@ -304,6 +319,7 @@ impl RunReport {
             restarts: t.restarts,
             violation_count,
             violations,
+            relay: None,
         }
     }
 
@@ -379,6 +395,13 @@ impl fmt::Display for RunReport {
             ov.datagrams_per_obligation,
             ov.datagrams_dropped
         )?;
+        if let Some(r) = &self.relay {
+            writeln!(
+                f,
+                "  relay spool: peak {} frames ({} for custodians), {} at the end",
+                r.spool_peak, r.spool_peak_to_custodians, r.spool_at_end
+            )?;
+        }
         write!(f, "  violations {}", self.violation_count)
     }
 }

@@ -13,10 +13,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::check::check;
+use super::check::{check, check_windows};
 use super::host::{run_host, HostCtx, Planned, Role};
-use super::report::RunReport;
-use super::scenario::{Direction, Scenario, TransportKind};
+use super::report::{RelayReport, RunReport};
+use super::scenario::{Direction, Scenario, TransportKind, RELAY_HOST};
 use super::truth::{lock, splitmix, Truth};
 use super::udp::{DatagramFaults, Dropper};
 
@@ -163,6 +163,24 @@ fn schedule(s: &Scenario) -> Vec<(Duration, Action)> {
             }
         }
     }
+    // Contact windows: the relay <-> edge link is down from the start and
+    // up only inside each opening.
+    for edge in s.resolve_side("receivers") {
+        let Some(openings) = s.windows_of(&edge) else {
+            continue;
+        };
+        let cut = |down| Action::Cut {
+            from: vec![RELAY_HOST.to_string()],
+            to: vec![edge.clone()],
+            dir: Direction::Both,
+            down,
+        };
+        ev.push((Duration::ZERO, cut(true)));
+        for (open, close) in openings {
+            ev.push((open, cut(false)));
+            ev.push((close, cut(true)));
+        }
+    }
     for c in &s.crashes {
         for (down, up) in c.outages() {
             ev.push((down, Action::Crash(c.host.clone())));
@@ -213,15 +231,24 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
     };
     let mut disks: BTreeMap<String, (Role, Arc<Mutex<SimStore>>)> = BTreeMap::new();
     let mut planned = 0u64;
+    let relay_pin = s
+        .relay
+        .as_ref()
+        .map(|_| identities[RELAY_HOST].pin(agents[RELAY_HOST].clone()));
+    let spool_path = s.relay.as_ref().map(|_| fresh_spool_path(seed));
+    let everyone: Vec<String> = custodians.iter().chain(&receivers).cloned().collect();
     for (i, name) in names.iter().enumerate() {
         let role = if custodians.contains(name) {
             Role::Custodian
+        } else if name == RELAY_HOST {
+            Role::Relay
         } else {
             Role::Receiver
         };
         let peers = match role {
             Role::Custodian => &receivers,
             Role::Receiver => &custodians,
+            Role::Relay => &everyone,
         };
         let peers = peers
             .iter()
@@ -232,7 +259,7 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
                 let c = u32::try_from(i).unwrap_or(u32::MAX);
                 plan(&s, seed, c, t0, &receiver_agents)?
             }
-            Role::Receiver => Vec::new(),
+            Role::Receiver | Role::Relay => Vec::new(),
         };
         planned += plan.len() as u64;
         let disk = Arc::new(Mutex::new(SimStore::new()));
@@ -253,6 +280,8 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
             ))),
             truth: truth.clone(),
             plan: Arc::new(plan),
+            relay: relay_pin.clone().filter(|_| role != Role::Relay),
+            spool_path: spool_path.clone().filter(|_| role == Role::Relay),
         });
         sim.host(name.as_str(), move || run_host(ctx.clone()));
     }
@@ -334,9 +363,20 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
             pending_at_end.extend(ids);
         }
     }
+    let spool_at_end = match &spool_path {
+        Some(p) => {
+            let n = abhyasa_spool::Spool::open(p, abhyasa_spool::SpoolLimits::default())
+                .map(|sp| sp.len() as u64)
+                .map_err(|e| RunError::Simulation(format!("relay spool at the end: {e}")));
+            let _ = std::fs::remove_file(p);
+            Some(n?)
+        }
+        None => None,
+    };
     let inner = std::mem::take(&mut *lock(&truth.0));
-    let violations = check(&s, &inner, &pending_at_end);
-    Ok(RunReport::build(
+    let mut violations = check(&s, &inner, &pending_at_end);
+    violations.extend(check_windows(&s, t0, &inner, spool_at_end));
+    let mut report = RunReport::build(
         &s,
         seed,
         simulated,
@@ -344,5 +384,24 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
         &inner,
         pending_at_end.len() as u64,
         violations,
-    ))
+    );
+    report.relay = spool_at_end.map(|at_end| RelayReport {
+        spool_peak: inner.relay_spool_peak,
+        spool_peak_to_custodians: inner.relay_back_peak,
+        spool_at_end: at_end,
+    });
+    Ok(report)
+}
+
+/// A spool file of its own for this run's relay (runs may go in parallel),
+/// removed when the run ends.
+fn fresh_spool_path(seed: u64) -> std::path::PathBuf {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!(
+        "abhyasa-sim-relay-{}-{seed}-{n}.redb",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
 }

@@ -194,6 +194,66 @@ fn one() -> u32 {
     1
 }
 
+/// A store-and-forward relay (the host `relay`) between every custodian
+/// and every receiver: custodians and receivers reach each other only
+/// through it, and both dial out to it (QUIC only).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySetup {
+    /// The relay's longest hold, whatever a frame's deadline.
+    #[serde(default = "default_max_hold")]
+    pub max_hold: Dur,
+    /// Contact windows: when given, the relay <-> edge links named in them
+    /// are up only inside their windows (down from the start otherwise).
+    #[serde(default, rename = "window")]
+    pub windows: Vec<Window>,
+}
+
+fn default_max_hold() -> Dur {
+    Dur(Duration::from_secs(24 * 3600))
+}
+
+/// A contact-window schedule of relay <-> edge links: open for `open`
+/// from `at`, and again every `every` if given (`"2s"` every `"20s"`; one
+/// nightly window has no `every`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    /// The edges: a receiver (`receiver-0`) or `receivers`.
+    #[serde(default = "default_edges")]
+    pub edges: String,
+    /// The first opening (from the start of the run).
+    pub at: Dur,
+    /// How long each opening lasts.
+    pub open: Dur,
+    /// The period of the openings (absent: a single window).
+    #[serde(default)]
+    pub every: Option<Dur>,
+}
+
+fn default_edges() -> String {
+    "receivers".into()
+}
+
+impl Window {
+    /// The openings `[start, end)` that begin before `until`, in order.
+    pub fn openings(&self, until: Duration) -> Vec<(Duration, Duration)> {
+        let mut v = Vec::new();
+        let mut t = self.at.0;
+        while t < until {
+            v.push((t, t + self.open.0));
+            match self.every {
+                Some(e) if !e.0.is_zero() => t += e.0,
+                _ => break,
+            }
+        }
+        v
+    }
+}
+
+/// The relay host's name.
+pub const RELAY_HOST: &str = "relay";
+
 /// Relative weights of the obligation kinds offered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -325,6 +385,10 @@ pub struct Scenario {
     /// Receiver behaviour.
     #[serde(default)]
     pub receiver: ReceiverBehaviour,
+    /// A store-and-forward relay between custodians and receivers, with
+    /// its contact windows (absent: direct links).
+    #[serde(default)]
+    pub relay: Option<RelaySetup>,
 }
 
 fn default_tick() -> Dur {
@@ -415,7 +479,29 @@ impl Scenario {
             .map(|i| format!("custodian-{i}"))
             .collect();
         v.extend((0..self.hosts.receivers).map(|i| format!("receiver-{i}")));
+        if self.relay.is_some() {
+            v.push(RELAY_HOST.to_string());
+        }
         v
+    }
+
+    /// The contact windows of `edge`'s link to the relay, `[start, end)`
+    /// in order, over the run; `None` when that link has no windows
+    /// (always up, or no relay).
+    pub fn windows_of(&self, edge: &str) -> Option<Vec<(Duration, Duration)>> {
+        let r = self.relay.as_ref()?;
+        let until = self.run_length();
+        let mut v: Vec<(Duration, Duration)> = r
+            .windows
+            .iter()
+            .filter(|w| self.resolve_side(&w.edges).iter().any(|e| e == edge))
+            .flat_map(|w| w.openings(until))
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort();
+        Some(v)
     }
 
     /// Hosts named by one side of a partition (a host or a group).
@@ -646,6 +732,40 @@ impl Scenario {
         }
         if k.anumati_revoke + k.oauth_revoke + k.phala_corrective + k.benign <= 0.0 {
             return Err(invalid("workload.kinds", "at least one weight must be > 0"));
+        }
+        if let Some(relay) = &self.relay {
+            if self.transport != TransportKind::Quic {
+                return Err(invalid(
+                    "relay",
+                    "the relay runs over QUIC: set transport = \"quic\"",
+                ));
+            }
+            if relay.max_hold.0 < Duration::from_secs(1) {
+                return Err(invalid("relay.max_hold", "must be at least 1s"));
+            }
+            for (i, w) in relay.windows.iter().enumerate() {
+                let edges = self.resolve_side(&w.edges);
+                if edges.is_empty() || edges.iter().any(|e| !e.starts_with("receiver-")) {
+                    return Err(invalid(
+                        format!("relay.window[{i}].edges"),
+                        format!(
+                            "{:?} is neither a receiver (receiver-N) nor receivers",
+                            w.edges
+                        ),
+                    ));
+                }
+                if w.open.0.is_zero() {
+                    return Err(invalid(format!("relay.window[{i}].open"), "must be > 0"));
+                }
+                if let Some(e) = w.every {
+                    if e.0 <= w.open.0 {
+                        return Err(invalid(
+                            format!("relay.window[{i}].every"),
+                            "must be longer than open (else the link is never down)",
+                        ));
+                    }
+                }
+            }
         }
         let r = &self.receiver;
         prob("receiver.apply", r.apply)?;

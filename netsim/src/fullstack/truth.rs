@@ -107,6 +107,10 @@ pub(crate) struct Inner {
     pub(crate) restarts: u64,
     /// Starts of each host's software (1 + restarts).
     pub(crate) incarnations: BTreeMap<String, u64>,
+    /// Most frames the relay's spool held at once (sampled).
+    pub(crate) relay_spool_peak: u64,
+    /// Most frames it held at once for custodians (acks, replies).
+    pub(crate) relay_back_peak: u64,
 }
 
 /// Shared ground truth. Cheap to clone.

@@ -25,6 +25,7 @@
 mod csv;
 mod merge;
 mod plot;
+pub mod window;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

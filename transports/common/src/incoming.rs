@@ -1,7 +1,7 @@
 //! What a transport reports to the node runtime.
 
-use abhyasa_core::wire::Envelope;
-use abhyasa_core::{AgentId, PeerError};
+use abhyasa_core::wire::{Envelope, FrameKey, RefusalCode};
+use abhyasa_core::{AgentId, ObligationId, PeerError};
 
 /// One item from a transport's incoming channel.
 ///
@@ -41,6 +41,26 @@ pub enum Incoming {
     /// The last connection to this peer is gone. Frames queued on it may
     /// have been lost: custody retries them.
     Disconnected(AgentId),
+    /// A store-and-forward relay refused a frame sealed for `destination`
+    /// (a relayed link reports it). Hop acceptance only: the runtime
+    /// surfaces it and the custodian keeps its schedule; nothing is
+    /// discharged or escalated by it (spec/protocol.md §7).
+    RelayRefused {
+        /// The relay (an authenticated peer).
+        peer: AgentId,
+        /// The frame the relay named.
+        key: FrameKey,
+        /// The peer the frame was sealed for, when the link still knows it.
+        destination: Option<AgentId>,
+        /// The obligation in the frame, when it carried one and the link
+        /// still knows it.
+        obligation_id: Option<ObligationId>,
+        /// Why the relay refused it.
+        code: RefusalCode,
+        /// The relay's hint: a retry may succeed after this many seconds
+        /// (0 is no hint).
+        retry_after_seconds: u32,
+    },
 }
 
 impl Incoming {
@@ -50,6 +70,7 @@ impl Incoming {
             Self::Frame { peer, .. }
             | Self::Malformed { peer, .. }
             | Self::Unauthorized { peer, .. }
+            | Self::RelayRefused { peer, .. }
             | Self::Connected(peer)
             | Self::Disconnected(peer) => peer,
         }

@@ -26,6 +26,8 @@ pub mod seal;
 pub mod spool;
 
 pub use link::{relayed, RelayedConfig, RelayedStats};
-pub use relay::{start, RelayConfig, RelayError, RelayHandle};
+pub use relay::{
+    start, start_with, system_clock, Clock, RelayConfig, RelayError, RelayHandle, RelayParts,
+};
 pub use seal::{Opener, SealFailure, Sealer};
 pub use spool::{DestinationStatus, Spool, SpoolError, SpoolLimits, SpoolStatus};

@@ -13,28 +13,32 @@
 //!   reported `Unauthorized` against the relay and nothing of it is used.
 //!   Every frame taken from the relay is answered `Delivered`.
 //! * **Receipts** are hop acceptance only: counted in [`RelayedStats`] and
-//!   logged; they never reach the custodian, which keeps its schedule.
+//!   logged; they never reach the custodian, which keeps its schedule. A
+//!   refusal is passed to the node as [`Incoming::RelayRefused`] (naming
+//!   the destination and obligation the link sealed under that key), which
+//!   the node surfaces as an event and a metric.
 //! * **Pull.** When the relay connects the node asks for its spooled
 //!   frames (`Pull`), and asks again while the relay reports more waiting.
 //!   The node dials out; it needs no public address.
 //!
 //! The driver does not know any of this: it sees an ordinary transport.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use abhyasa_core::wire::{Envelope, Message, RelayMessage};
-use abhyasa_core::{AgentId, Timestamp};
+use abhyasa_core::wire::{Envelope, FrameKey, Message, RelayMessage};
+use abhyasa_core::{AgentId, ObligationId};
 use abhyasa_quic::{Identity, PeerPin};
 use abhyasa_transport::{Incoming, Router, SendError, Transport, TransportHandle};
 use tokio::sync::mpsc;
 
+use crate::relay::{system_clock, Clock};
 use crate::seal::{Opener, SealFailure, Sealer};
 
 /// How a node reaches peers through one relay.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RelayedConfig {
     /// The relay (a pinned peer of the wrapped transport).
     pub relay: AgentId,
@@ -49,6 +53,21 @@ pub struct RelayedConfig {
     pub pull_max_bytes: u64,
     /// How long the relay holds this node's acks and status frames.
     pub ack_hold: Duration,
+    /// Where `now` comes from when stamping the hold of acks and status
+    /// frames: the node's clock (simulated time in the simulator).
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for RelayedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayedConfig")
+            .field("relay", &self.relay)
+            .field("peers", &self.peers)
+            .field("pull_max_frames", &self.pull_max_frames)
+            .field("pull_max_bytes", &self.pull_max_bytes)
+            .field("ack_hold", &self.ack_hold)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RelayedConfig {
@@ -62,6 +81,7 @@ impl RelayedConfig {
             pull_max_frames: 256,
             pull_max_bytes: 4 << 20,
             ack_hold: Duration::from_secs(24 * 3600),
+            clock: system_clock(),
         }
     }
 }
@@ -85,20 +105,63 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-fn now() -> Timestamp {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    Timestamp::from_unix_micros(micros)
+/// Most frame keys remembered for naming refusals: a relay answers within
+/// a round trip, so the newest keys suffice, and a peer cannot make the
+/// link hold more than this.
+const SENT_KEYS: usize = 65_536;
+
+/// What the link sealed under each recent frame key, so a refusal (which
+/// names only the key) can name the destination and obligation.
+#[derive(Debug, Default)]
+struct SentKeys {
+    by_key: HashMap<FrameKey, (AgentId, Option<ObligationId>)>,
+    order: VecDeque<FrameKey>,
 }
 
-#[derive(Debug)]
+impl SentKeys {
+    fn remember(&mut self, key: FrameKey, destination: &AgentId, ob: Option<&ObligationId>) {
+        // Retries of one obligation share a key: remembered once.
+        if self.by_key.contains_key(&key) {
+            return;
+        }
+        if self.order.len() >= SENT_KEYS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_key.remove(&old);
+            }
+        }
+        self.by_key.insert(key, (destination.clone(), ob.cloned()));
+        self.order.push_back(key);
+    }
+
+    fn lookup(&self, key: &FrameKey) -> (Option<AgentId>, Option<ObligationId>) {
+        match self.by_key.get(key) {
+            Some((d, o)) => (Some(d.clone()), o.clone()),
+            None => (None, None),
+        }
+    }
+}
+
+fn lock(m: &Mutex<SentKeys>) -> std::sync::MutexGuard<'_, SentKeys> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct SealRouter {
     relay: AgentId,
     peers: HashSet<AgentId>,
     sealer: Sealer,
     ack_hold: Duration,
+    clock: Clock,
     stats: Arc<RelayedStats>,
+    sent: Arc<Mutex<SentKeys>>,
+}
+
+impl std::fmt::Debug for SealRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealRouter")
+            .field("relay", &self.relay)
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Router for SealRouter {
@@ -115,7 +178,7 @@ impl Router for SealRouter {
         let expires_at = match &envelope.message {
             // The deadline binds the relay too: never delivered after it.
             Message::Obligation(o) => o.deadline_at(),
-            _ => now().saturating_add(self.ack_hold),
+            _ => (self.clock)().saturating_add(self.ack_hold),
         };
         let sealed = self
             .sealer
@@ -130,6 +193,11 @@ impl Router for SealRouter {
                     SendError::NotConnected(peer.clone())
                 }
             })?;
+        let ob = match &envelope.message {
+            Message::Obligation(o) => Some(o.id()),
+            _ => None,
+        };
+        lock(&self.sent).remember(sealed.key(), peer, ob);
         let outer = Envelope::new(
             self.sealer.local().clone(),
             Message::Relay(RelayMessage::Sealed(Box::new(sealed))),
@@ -161,12 +229,15 @@ pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<R
     let Transport { handle, incoming } = transport;
     let local = handle.local().clone();
     let stats = Arc::new(RelayedStats::default());
+    let sent = Arc::new(Mutex::new(SentKeys::default()));
     let router = SealRouter {
         relay: config.relay.clone(),
         peers: config.peers.iter().map(|p| p.agent.clone()).collect(),
         sealer: Sealer::new(local.clone(), config.identity.clone(), handle.max_frame()),
         ack_hold: config.ack_hold,
+        clock: config.clock.clone(),
         stats: stats.clone(),
+        sent: sent.clone(),
     };
     let opener = Opener::new(local, &config.peers);
     let direct = handle.direct();
@@ -180,6 +251,7 @@ pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<R
         pull: (config.pull_max_frames.max(1), config.pull_max_bytes),
         got_since_pull: 0,
         stats: stats.clone(),
+        sent,
         tx,
     };
     tokio::spawn(task.run(incoming));
@@ -200,6 +272,7 @@ struct LinkTask {
     pull: (u32, u64),
     got_since_pull: u64,
     stats: Arc<RelayedStats>,
+    sent: Arc<Mutex<SentKeys>>,
     tx: mpsc::Sender<Incoming>,
 }
 
@@ -263,8 +336,9 @@ impl LinkTask {
                     self.stats
                         .accepted
                         .fetch_add(r.accepted.len() as u64, Ordering::Relaxed);
-                    for x in &r.refused {
+                    for x in r.refused {
                         bump(&self.stats.refused);
+                        let (destination, obligation_id) = lock(&self.sent).lookup(&x.key);
                         tracing::warn!(
                             relay = %peer,
                             key = %x.key,
@@ -272,6 +346,16 @@ impl LinkTask {
                             retry_after_seconds = x.retry_after_seconds,
                             "relay refused a sealed frame; custody keeps retrying"
                         );
+                        self.tx
+                            .send(Incoming::RelayRefused {
+                                peer: peer.clone(),
+                                key: x.key,
+                                destination,
+                                obligation_id,
+                                code: x.code,
+                                retry_after_seconds: x.retry_after_seconds,
+                            })
+                            .await?;
                     }
                 }
                 Message::Relay(RelayMessage::PullDone { remaining }) => {

@@ -19,7 +19,7 @@ use abhyasa_core::wire::{
 };
 use abhyasa_core::{AgentId, Timestamp};
 use abhyasa_quic::QuicConfig;
-use abhyasa_transport::{Incoming, TransportHandle};
+use abhyasa_transport::{Incoming, Transport, TransportHandle};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -83,28 +83,95 @@ impl RelayHandle {
     }
 }
 
-/// The wall clock, read by the daemon only (the spool takes `now`).
-fn now() -> Timestamp {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    Timestamp::from_unix_micros(micros)
+/// Where the relay (and a relayed link) reads `now`: the wall clock for the
+/// daemon ([`system_clock`]), simulated time in the simulator. Expiry and
+/// hold times are measured on it, so it must be the clock the origins
+/// stamp deadlines with.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The system wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        Timestamp::from_unix_micros(micros)
+    })
+}
+
+/// A relay over a transport the caller started: what [`start_with`] needs.
+/// The simulator uses it to run the daemon over turmoil UDP with
+/// simulated time; [`start`] builds one from a [`RelayConfig`].
+pub struct RelayParts {
+    /// The relay's transport, already started, with every peer it serves
+    /// pinned (custodians and edges; it dials none of them).
+    pub transport: Transport,
+    /// The peers it spools for and pushes to.
+    pub serves: HashSet<AgentId>,
+    /// The spool file (redb).
+    pub spool_path: PathBuf,
+    /// Quotas and hold time.
+    pub limits: SpoolLimits,
+    /// Where to write a JSON [`SpoolStatus`] after changes, if anywhere.
+    pub status_path: Option<PathBuf>,
+    /// Where `now` comes from.
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for RelayParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayParts")
+            .field("serves", &self.serves)
+            .field("spool_path", &self.spool_path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Opens the spool, starts the QUIC endpoint and runs the relay until
 /// [`RelayHandle::shutdown`].
 pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
-    let spool = Spool::open(&config.spool_path, config.limits.clone())?;
     let serves: HashSet<AgentId> = config
         .quic
         .peers
         .iter()
         .map(|p| p.pin.agent.clone())
         .collect();
+    // The spool opens first: a relay whose spool cannot open never listens.
+    let spool = Spool::open(&config.spool_path, config.limits.clone())?;
     let transport = abhyasa_quic::start(config.quic)
         .await
         .map_err(|e| RelayError::Transport(e.to_string()))?;
-    let status = Arc::new(Mutex::new(spool.status(now())));
+    Ok(run_daemon(
+        spool,
+        transport,
+        serves,
+        config.status_path,
+        system_clock(),
+    ))
+}
+
+/// Runs the relay over `parts.transport` (see [`RelayParts`]) until
+/// [`RelayHandle::shutdown`]. Behaves as [`start`] does, on the supplied
+/// transport and clock.
+pub async fn start_with(parts: RelayParts) -> Result<RelayHandle, RelayError> {
+    let spool = Spool::open(&parts.spool_path, parts.limits)?;
+    Ok(run_daemon(
+        spool,
+        parts.transport,
+        parts.serves,
+        parts.status_path,
+        parts.clock,
+    ))
+}
+
+fn run_daemon(
+    spool: Spool,
+    transport: Transport,
+    serves: HashSet<AgentId>,
+    status_path: Option<PathBuf>,
+    clock: Clock,
+) -> RelayHandle {
+    let status = Arc::new(Mutex::new(spool.status(clock())));
     let mut daemon = Daemon {
         handle: transport.handle.clone(),
         spool,
@@ -112,16 +179,17 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
         budgets: HashMap::new(),
         pushed: HashMap::new(),
         status: status.clone(),
-        status_path: config.status_path,
-        published: std::time::Instant::now(),
+        status_path,
+        published: tokio::time::Instant::now(),
+        clock,
     };
     daemon.publish();
     let task = tokio::spawn(async move { daemon.run(transport.incoming).await });
-    Ok(RelayHandle {
+    RelayHandle {
         transport: transport.handle,
         status,
         task,
-    })
+    }
 }
 
 /// What a destination asked for and has not yet been pushed.
@@ -141,7 +209,8 @@ struct Daemon {
     pushed: HashMap<AgentId, HashSet<FrameKey>>,
     status: Arc<Mutex<SpoolStatus>>,
     status_path: Option<PathBuf>,
-    published: std::time::Instant,
+    published: tokio::time::Instant,
+    clock: Clock,
 }
 
 /// Most incoming items folded into one spool commit.
@@ -156,7 +225,7 @@ impl Daemon {
                 .spool
                 .next_expiry()
                 .map_or(Duration::from_secs(1), |t| {
-                    t.saturating_duration_since(now())
+                    t.saturating_duration_since((self.clock)())
                         .min(Duration::from_secs(1))
                 });
             tokio::select! {
@@ -175,7 +244,7 @@ impl Daemon {
                 }
                 () = tokio::time::sleep(wait) => {}
             }
-            match self.spool.expire(now()) {
+            match self.spool.expire((self.clock)()) {
                 Ok(gone) if !gone.is_empty() => {
                     self.forget_pushed(&gone);
                     self.publish();
@@ -209,7 +278,7 @@ impl Daemon {
                 other => others.push(other),
             }
         }
-        let now = now();
+        let now = (self.clock)();
         let mut changed = false;
         for (hop, frames) in sealed {
             self.drop_answered(&hop, &frames);
@@ -349,17 +418,19 @@ impl Daemon {
             return;
         }
         let skip = self.pushed.entry(dest.clone()).or_default();
-        let (frames, remaining) =
-            match self
-                .spool
-                .pending_for(now(), dest, budget.frames as usize, budget.bytes, skip)
-            {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::error!(%e, "spool read failed");
-                    return;
-                }
-            };
+        let (frames, remaining) = match self.spool.pending_for(
+            (self.clock)(),
+            dest,
+            budget.frames as usize,
+            budget.bytes,
+            skip,
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(%e, "spool read failed");
+                return;
+            }
+        };
         if frames.is_empty() && !answer_pull {
             return;
         }
@@ -396,8 +467,8 @@ impl Daemon {
     }
 
     fn publish(&mut self) {
-        self.published = std::time::Instant::now();
-        let st = self.spool.status(now());
+        self.published = tokio::time::Instant::now();
+        let st = self.spool.status((self.clock)());
         if let Some(path) = &self.status_path {
             if let Ok(json) = serde_json::to_vec_pretty(&st) {
                 let tmp = path.with_extension("tmp");
