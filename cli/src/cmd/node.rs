@@ -239,8 +239,30 @@ impl Drop for SocketGuard {
 }
 
 async fn log_events(mut rx: abhyasa::Subscription) {
+    // A relay can refuse every frame it is sent: a few lines per minute,
+    // then a count of what was held back (C-ND-5: logs are bounded too).
+    let refusals = abhyasa_transport::limit::WarnLimiter::new(5, Duration::from_secs(60));
     loop {
         match rx.recv().await {
+            Ok(NodeEvent::RelayRefused {
+                relay,
+                destination,
+                obligation_id,
+                code,
+                retry_after_seconds,
+            }) => {
+                if let Some(held) = refusals.allow() {
+                    tracing::warn!(
+                        %relay,
+                        destination = ?destination,
+                        obligation = ?obligation_id,
+                        code = ?code,
+                        retry_after_seconds,
+                        held_back = held,
+                        "the relay refused a frame; custody keeps its schedule"
+                    );
+                }
+            }
             Ok(NodeEvent::PeerUp(p)) => tracing::info!(peer = %p, "peer connected"),
             Ok(NodeEvent::PeerDown(p)) => tracing::info!(peer = %p, "peer disconnected"),
             Ok(NodeEvent::PeerMisbehaved { peer, what }) => {

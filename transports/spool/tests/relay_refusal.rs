@@ -18,7 +18,7 @@ use std::time::Duration;
 use abhyasa::{Node, NodeEvent, NodeOptions};
 use abhyasa_core::custody::{CustodyProfile, TerminalState};
 use abhyasa_core::wire::RefusalCode;
-use abhyasa_core::{AgentId, Backoff, EscalationCause, Obligation, ObligationId};
+use abhyasa_core::{AgentId, EscalationCause, Obligation, ObligationId, RetryBackoff};
 use abhyasa_quic::{generate_identity, Identity, QuicConfig};
 use abhyasa_spool::{relayed, RelayConfig, RelayedConfig, SpoolLimits};
 use abhyasa_store::{StoreKind, StoreOptions};
@@ -63,7 +63,7 @@ async fn node_via_relay(
     );
     let mut o = NodeOptions::new(agent(me.0));
     o.custodian.default_profile = CustodyProfile {
-        backoff: Backoff {
+        backoff: RetryBackoff {
             base: Duration::from_millis(100),
             cap: Duration::from_millis(400),
             jitter: 0.1,
