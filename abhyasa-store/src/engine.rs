@@ -229,26 +229,30 @@ fn principal_key(prefix: u8, s: &str) -> Vec<u8> {
     k
 }
 
+/// The `principal` row a write sets or clears.
+pub(crate) fn principal_write_key(w: &PrincipalWrite) -> Vec<u8> {
+    match w {
+        PrincipalWrite::Authorization { key, .. } => principal_key(b'a', key.as_str()),
+        PrincipalWrite::Weight { key, .. } => principal_key(b'w', key.as_str()),
+        PrincipalWrite::DecisionRaised(item) => principal_key(b'd', item.obligation_id.as_str()),
+        PrincipalWrite::DecisionClosed { obligation_id } => {
+            principal_key(b'd', obligation_id.as_str())
+        }
+    }
+}
+
 fn put_principal(txn: &mut dyn Txn, w: &PrincipalWrite) -> Result<(), StoreError> {
     const T: &str = "principal";
+    let k = principal_write_key(w);
     match w {
-        PrincipalWrite::Authorization { key, entry } => {
-            let k = principal_key(b'a', key.as_str());
+        PrincipalWrite::Authorization { entry, .. } => {
             txn.put(Table::Principal, &k, &to_bytes(T, &k, entry)?)
         }
-        PrincipalWrite::Weight { key, value } => txn.put(
-            Table::Principal,
-            &principal_key(b'w', key.as_str()),
-            &value.to_le_bytes(),
-        ),
-        PrincipalWrite::DecisionRaised(item) => {
-            let k = principal_key(b'd', item.obligation_id.as_str());
-            txn.put(Table::Principal, &k, &to_json(T, &k, item)?)
+        PrincipalWrite::Weight { value, .. } => {
+            txn.put(Table::Principal, &k, &value.to_le_bytes())
         }
-        PrincipalWrite::DecisionClosed { obligation_id } => txn.del(
-            Table::Principal,
-            &principal_key(b'd', obligation_id.as_str()),
-        ),
+        PrincipalWrite::DecisionRaised(item) => txn.put(Table::Principal, &k, &to_json(T, &k, item)?),
+        PrincipalWrite::DecisionClosed { .. } => txn.del(Table::Principal, &k),
     }
 }
 

@@ -259,12 +259,38 @@ impl<'a> Indexed<'a> {
     }
 }
 
+/// The tables whose rows move an index or a counter (`Indexed::entity`
+/// is `Some` for them); writes to the others need no read of the old row.
+fn derives(t: Table) -> bool {
+    matches!(
+        t,
+        Table::Pending
+            | Table::Terminal
+            | Table::Escalations
+            | Table::Reconciliations
+            | Table::Principal
+            | Table::Ledger
+            | Table::Intents
+    )
+}
+
+/// The `meta` keys of the counters a commit may move (a server-backed
+/// store fetches them with the commit's other reads).
+pub(crate) fn counter_keys() -> impl Iterator<Item = &'static [u8]> {
+    Counter::ALL.into_iter().map(Counter::key)
+}
+
 impl Txn for Indexed<'_> {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get(t, k)
     }
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
+        if !derives(t) {
+            // The log, effects, key sequences, the index itself: no old
+            // row to read (a read is a round trip on a server-backed store).
+            return self.inner.put(t, k, v);
+        }
         let old = self.inner.get(t, k)?;
         let before = self.entity(t, k, old.as_deref())?;
         self.inner.put(t, k, v)?;
@@ -276,6 +302,9 @@ impl Txn for Indexed<'_> {
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        if !derives(t) {
+            return self.inner.del(t, k);
+        }
         let Some(old) = self.inner.get(t, k)? else {
             return Ok(());
         };

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use abhyasa_core::custody::Record;
+use abhyasa_core::principal::PrincipalWrite;
 use abhyasa_core::store::{Committed, Compacted, DurableState, EventId, StoreError, StoredEvent};
 use abhyasa_core::Timestamp;
 
@@ -138,6 +139,13 @@ pub fn commit(
 /// before the commit. A read outside this set must still be answered.
 pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
     let mut out = vec![(KvTable(Table::Meta), b"next_event".to_vec())];
+    // The index counters the commit moves (issue 11 §5).
+    out.extend(crate::index::counter_keys().map(|k| (KvTable(Table::Meta), k.to_vec())));
+    let principal = |out: &mut Vec<(KvTable, Vec<u8>)>, writes: &[PrincipalWrite]| {
+        for w in writes {
+            out.push((KvTable(Table::Principal), engine::principal_write_key(w)));
+        }
+    };
     let by_id = |out: &mut Vec<(KvTable, Vec<u8>)>, id: &str, tables: &[Table]| {
         for t in tables {
             out.push((KvTable(*t), id.as_bytes().to_vec()));
@@ -145,30 +153,50 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
     };
     for r in batches.iter().flat_map(|b| b.iter()) {
         match r {
-            Record::CustodyOpened { pending, .. } => by_id(
-                &mut out,
-                pending.obligation.id().as_str(),
-                &[Table::Pending, Table::Terminal],
-            ),
+            Record::CustodyOpened { pending, principal: p } => {
+                principal(&mut out, p);
+                by_id(
+                    &mut out,
+                    pending.obligation.id().as_str(),
+                    &[Table::Pending, Table::Terminal],
+                )
+            }
             Record::AttemptMade { obligation_id, .. } | Record::DeferralSeen { obligation_id } => {
                 by_id(&mut out, obligation_id.as_str(), &[Table::Pending])
             }
-            Record::CustodyClosed(c) => by_id(
-                &mut out,
-                c.obligation_id.as_str(),
-                &[Table::Pending, Table::Terminal],
-            ),
-            Record::BestEffortSent { summary, .. } => by_id(
-                &mut out,
-                summary.obligation_id.as_str(),
-                &[Table::Pending, Table::Terminal],
-            ),
+            Record::CustodyClosed(c) => {
+                principal(&mut out, &c.principal);
+                by_id(
+                    &mut out,
+                    c.obligation_id.as_str(),
+                    &[Table::Pending, Table::Terminal],
+                )
+            }
+            Record::BestEffortSent {
+                summary,
+                principal: p,
+            } => {
+                principal(&mut out, p);
+                by_id(
+                    &mut out,
+                    summary.obligation_id.as_str(),
+                    &[Table::Pending, Table::Terminal],
+                )
+            }
             Record::LateAck(rec) => by_id(&mut out, rec.obligation_id.as_str(), &[Table::Terminal]),
-            Record::Ledger(l) => out.push((
-                KvTable(Table::Ledger),
-                pair_key(&l.custodian, &l.obligation_id),
-            )),
-            Record::Principal { .. } | Record::Intent(_) => {}
+            // The ledger entry and the intent it may close derive one
+            // index entry together (`index::Indexed::entity`).
+            Record::Ledger(l) => {
+                let k = pair_key(&l.custodian, &l.obligation_id);
+                out.push((KvTable(Table::Intents), k.clone()));
+                out.push((KvTable(Table::Ledger), k));
+            }
+            Record::Intent(i) => {
+                let k = pair_key(&i.custodian, i.obligation.id());
+                out.push((KvTable(Table::Ledger), k.clone()));
+                out.push((KvTable(Table::Intents), k));
+            }
+            Record::Principal { writes, .. } => principal(&mut out, writes),
         }
     }
     out.sort();

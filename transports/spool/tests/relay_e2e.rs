@@ -11,145 +11,33 @@
 //! another key and fabricates acks gets nothing applied or discharged.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use abhyasa::{Node, NodeOptions};
-use abhyasa_core::custody::{CustodyProfile, TerminalState};
+use abhyasa_core::custody::TerminalState;
 use abhyasa_core::wire::{DedupKey, Envelope, Message, RelayMessage, Sealed};
-use abhyasa_core::{AckStatus, AgentId, CustodyAck, EscalationCause, Obligation, RetryBackoff};
-use abhyasa_quic::{generate_identity, Identity, QuicConfig};
-use abhyasa_spool::{relayed, RelayConfig, RelayedConfig, RelayedStats, SpoolLimits};
-use abhyasa_store::{StoreKind, StoreOptions};
+use abhyasa_core::{AckStatus, CustodyAck, EscalationCause, Obligation};
+use abhyasa_quic::QuicConfig;
+use abhyasa_spool::SpoolLimits;
 use abhyasa_transport::Incoming;
+use common::{agent, ids, relay, relayed_node, revoke, until, Ids};
 use serde_json::json;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-fn agent(s: &str) -> AgentId {
-    AgentId::new(s).unwrap()
-}
-
-struct Ids {
-    alice: Identity,
-    edge: Identity,
-    relay: Identity,
-}
-
-fn ids() -> Ids {
-    Ids {
-        alice: generate_identity(&agent("alice")).unwrap(),
-        edge: generate_identity(&agent("edge")).unwrap(),
-        relay: generate_identity(&agent("relay-1")).unwrap(),
-    }
-}
-
-fn options(name: &str) -> NodeOptions {
-    let mut o = NodeOptions::new(agent(name));
-    o.custodian.default_profile = CustodyProfile {
-        backoff: RetryBackoff {
-            base: Duration::from_millis(100),
-            cap: Duration::from_millis(400),
-            jitter: 0.1,
-        },
-        ..CustodyProfile::default()
-    };
-    o.receiver.skew_margin = Duration::from_millis(100);
-    o
-}
-
-fn revoke(node: &Node, id: &str, deadline: i64) -> Obligation {
-    Obligation::builder()
-        .id(id)
-        .kind("anumati.consent")
-        .target("edge")
-        .payload(json!({"decision": "revoke", "scope": id}))
-        .deadline_seconds(deadline)
-        .max_retries(abhyasa_core::min_retries_to_span(deadline as u64, 0.1, 0.4) as i64 + 2)
-        .created_at(node.now())
-        .build()
-        .unwrap()
-}
-
-fn store(dir: &std::path::Path, name: &str) -> Box<dyn abhyasa_core::store::Store> {
-    StoreKind::Redb
-        .open(dir.join(name), &StoreOptions::default())
-        .unwrap()
-}
-
-async fn relay(ids: &Ids, dir: &std::path::Path) -> abhyasa_spool::RelayHandle {
-    let quic = QuicConfig::new(
-        agent("relay-1"),
-        ids.relay.clone(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .with_peer(ids.alice.pin(agent("alice")), None)
-    .with_peer(ids.edge.pin(agent("edge")), None);
-    abhyasa_spool::start(RelayConfig {
-        quic,
-        spool_path: dir.join("spool.redb"),
-        limits: SpoolLimits::default(),
-        status_path: None,
-    })
-    .await
-    .unwrap()
-}
-
-/// A node that reaches `peer` only through the relay at `relay_addr`.
-async fn relayed_node(
-    dir: &std::path::Path,
-    me: &str,
-    my_id: &Identity,
-    peer: &str,
-    peer_id: &Identity,
-    relay_id: &Identity,
-    relay_addr: SocketAddr,
-) -> (Node, Arc<RelayedStats>) {
-    let t = abhyasa_quic::start(
-        QuicConfig::new(agent(me), my_id.clone(), "127.0.0.1:0".parse().unwrap())
-            .with_peer(relay_id.pin(agent("relay-1")), Some(relay_addr)),
-    )
-    .await
-    .unwrap();
-    let (t, stats) = relayed(
-        t,
-        RelayedConfig::new(
-            agent("relay-1"),
-            vec![peer_id.pin(agent(peer))],
-            my_id.clone(),
-        ),
-    );
-    let node = Node::open(options(me), store(dir, &format!("{me}.redb")), t)
-        .await
-        .unwrap();
-    (node, stats)
-}
-
-async fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    tokio::time::timeout(Duration::from_secs(secs), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
-}
 
 // C-TR-3 + C-TR-1 over the relayed transport.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
     let dir = tempfile::tempdir().unwrap();
     let ids = ids();
-    let relay = relay(&ids, dir.path()).await;
+    let relay = relay(&ids, dir.path(), SpoolLimits::default()).await;
     let addr = relay.local_addr().unwrap();
     let (alice, alice_stats) = relayed_node(
         dir.path(),
-        "alice",
-        &ids.alice,
-        "edge",
-        &ids.edge,
-        &ids.relay,
-        addr,
+        ("alice", &ids.alice),
+        ("edge", &ids.edge),
+        (&ids.relay, addr),
     )
     .await;
     until("alice to reach the relay", 10, || {
@@ -225,12 +113,9 @@ async fn c_tr_3_relay_holds_forwards_drops_dedups_and_never_acks() {
     // The edge dials out to the relay and gets everything still held.
     let (edge, edge_stats) = relayed_node(
         dir.path(),
-        "edge",
-        &ids.edge,
-        "alice",
-        &ids.alice,
-        &ids.relay,
-        addr,
+        ("edge", &ids.edge),
+        ("alice", &ids.alice),
+        (&ids.relay, addr),
     )
     .await;
     for id in &long {
@@ -352,22 +237,16 @@ async fn c_tr_5_hostile_relay_applies_and_discharges_nothing() {
     let (addr, task) = hostile_relay(&ids).await;
     let (alice, alice_stats) = relayed_node(
         dir.path(),
-        "alice",
-        &ids.alice,
-        "edge",
-        &ids.edge,
-        &ids.relay,
-        addr,
+        ("alice", &ids.alice),
+        ("edge", &ids.edge),
+        (&ids.relay, addr),
     )
     .await;
     let (edge, edge_stats) = relayed_node(
         dir.path(),
-        "edge",
-        &ids.edge,
-        "alice",
-        &ids.alice,
-        &ids.relay,
-        addr,
+        ("edge", &ids.edge),
+        ("alice", &ids.alice),
+        (&ids.relay, addr),
     )
     .await;
     until("both to reach the relay", 10, || {

@@ -11,111 +11,32 @@
 //! refusals; C-TR-5 receipts never discharge.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use abhyasa::{Node, NodeEvent, NodeOptions};
-use abhyasa_core::custody::{CustodyProfile, TerminalState};
+use abhyasa::NodeEvent;
+use abhyasa_core::custody::TerminalState;
 use abhyasa_core::wire::RefusalCode;
-use abhyasa_core::{AgentId, EscalationCause, Obligation, ObligationId, RetryBackoff};
-use abhyasa_quic::{generate_identity, Identity, QuicConfig};
-use abhyasa_spool::{relayed, RelayConfig, RelayedConfig, SpoolLimits};
-use abhyasa_store::{StoreKind, StoreOptions};
-use serde_json::json;
-
-fn agent(s: &str) -> AgentId {
-    AgentId::new(s).unwrap()
-}
-
-fn revoke(node: &Node, id: &str, deadline: i64) -> Obligation {
-    Obligation::builder()
-        .id(id)
-        .kind("anumati.consent")
-        .target("edge")
-        .payload(json!({"decision": "revoke", "scope": id}))
-        .deadline_seconds(deadline)
-        .max_retries(abhyasa_core::min_retries_to_span(deadline as u64, 0.1, 0.4) as i64 + 2)
-        .created_at(node.now())
-        .build()
-        .unwrap()
-}
-
-async fn node_via_relay(
-    dir: &std::path::Path,
-    me: (&str, &Identity),
-    peer: (&str, &Identity),
-    relay: (&Identity, SocketAddr),
-) -> Node {
-    let t = abhyasa_quic::start(
-        QuicConfig::new(agent(me.0), me.1.clone(), "127.0.0.1:0".parse().unwrap())
-            .with_peer(relay.0.pin(agent("relay-1")), Some(relay.1)),
-    )
-    .await
-    .unwrap();
-    let (t, _) = relayed(
-        t,
-        RelayedConfig::new(
-            agent("relay-1"),
-            vec![peer.1.pin(agent(peer.0))],
-            me.1.clone(),
-        ),
-    );
-    let mut o = NodeOptions::new(agent(me.0));
-    o.custodian.default_profile = CustodyProfile {
-        backoff: RetryBackoff {
-            base: Duration::from_millis(100),
-            cap: Duration::from_millis(400),
-            jitter: 0.1,
-        },
-        ..CustodyProfile::default()
-    };
-    o.receiver.skew_margin = Duration::from_millis(100);
-    let store = StoreKind::Redb
-        .open(dir.join(format!("{}.redb", me.0)), &StoreOptions::default())
-        .unwrap();
-    Node::open(o, store, t).await.unwrap()
-}
-
-async fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    tokio::time::timeout(Duration::from_secs(secs), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
-}
+use abhyasa_core::{EscalationCause, ObligationId};
+use abhyasa_spool::SpoolLimits;
+use common::{agent, ids, relay, relayed_node, revoke, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_refusal_is_an_event_and_a_metric_and_custody_is_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let alice_id = generate_identity(&agent("alice")).unwrap();
-    let edge_id = generate_identity(&agent("edge")).unwrap();
-    let relay_id = generate_identity(&agent("relay-1")).unwrap();
+    let ids = ids();
     let mut limits = SpoolLimits::default();
     limits.per_destination = 1;
     limits.retry_hint = Duration::from_secs(7);
-    let relay = abhyasa_spool::start(RelayConfig {
-        quic: QuicConfig::new(
-            agent("relay-1"),
-            relay_id.clone(),
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .with_peer(alice_id.pin(agent("alice")), None)
-        .with_peer(edge_id.pin(agent("edge")), None),
-        spool_path: dir.path().join("spool.redb"),
-        limits,
-        status_path: None,
-    })
-    .await
-    .unwrap();
+    let relay = relay(&ids, dir.path(), limits).await;
     let addr = relay.local_addr().unwrap();
-    let alice = node_via_relay(
+    let (alice, _) = relayed_node(
         dir.path(),
-        ("alice", &alice_id),
-        ("edge", &edge_id),
-        (&relay_id, addr),
+        ("alice", &ids.alice),
+        ("edge", &ids.edge),
+        (&ids.relay, addr),
     )
     .await;
     let mut events = alice.subscribe();
@@ -190,11 +111,11 @@ async fn quota_refusal_is_an_event_and_a_metric_and_custody_is_kept() {
 
     // The edge dials out: it takes `first`, the quota frees, and alice's
     // next retry of `later` is spooled and delivered.
-    let edge = node_via_relay(
+    let (edge, _) = relayed_node(
         dir.path(),
-        ("edge", &edge_id),
-        ("alice", &alice_id),
-        (&relay_id, addr),
+        ("edge", &ids.edge),
+        ("alice", &ids.alice),
+        (&ids.relay, addr),
     )
     .await;
     for ob in [&first, &later] {
