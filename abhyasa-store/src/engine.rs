@@ -248,10 +248,10 @@ fn put_principal(txn: &mut dyn Txn, w: &PrincipalWrite) -> Result<(), StoreError
         PrincipalWrite::Authorization { entry, .. } => {
             txn.put(Table::Principal, &k, &to_bytes(T, &k, entry)?)
         }
-        PrincipalWrite::Weight { value, .. } => {
-            txn.put(Table::Principal, &k, &value.to_le_bytes())
+        PrincipalWrite::Weight { value, .. } => txn.put(Table::Principal, &k, &value.to_le_bytes()),
+        PrincipalWrite::DecisionRaised(item) => {
+            txn.put(Table::Principal, &k, &to_json(T, &k, item)?)
         }
-        PrincipalWrite::DecisionRaised(item) => txn.put(Table::Principal, &k, &to_json(T, &k, item)?),
         PrincipalWrite::DecisionClosed { .. } => txn.del(Table::Principal, &k),
     }
 }

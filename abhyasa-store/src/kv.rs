@@ -153,7 +153,10 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
     };
     for r in batches.iter().flat_map(|b| b.iter()) {
         match r {
-            Record::CustodyOpened { pending, principal: p } => {
+            Record::CustodyOpened {
+                pending,
+                principal: p,
+            } => {
                 principal(&mut out, p);
                 by_id(
                     &mut out,

@@ -42,15 +42,32 @@ async fn quota_refusal_is_an_event_and_a_metric_and_custody_is_kept() {
     let mut events = alice.subscribe();
     let refused: std::sync::Arc<std::sync::Mutex<Vec<NodeEvent>>> = Default::default();
     let sink = refused.clone();
+    let edge_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up = edge_up.clone();
     let listener = tokio::spawn(async move {
         while let Ok(e) = events.recv().await {
-            if matches!(e, NodeEvent::RelayRefused { .. }) {
-                sink.lock().unwrap().push(e);
+            match &e {
+                NodeEvent::RelayRefused { .. } => sink.lock().unwrap().push(e),
+                NodeEvent::PeerUp(p) if p.as_str() == "edge" => {
+                    up.store(true, std::sync::atomic::Ordering::SeqCst)
+                }
+                _ => {}
             }
         }
     });
     until("alice to reach the relay", 10, || {
         alice.is_connected(&agent("edge"))
+    })
+    .await;
+    // When alice's driver sees the edge "up" (the relay is reachable) it
+    // asks the edge what became of what it holds; a question asked after
+    // `first` is offered would be sealed too and could take the queue's
+    // one slot. Wait for the driver to have seen it (or 2 s: it saw it
+    // before we subscribed, when nothing was held, so it asked nothing).
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while !edge_up.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
     .await;
 
