@@ -281,17 +281,7 @@ impl Renewals {
             return;
         };
         if let Some(deadline) = self.revocation_deadline {
-            if let Some(message) = lease::lease_warning(term, deadline) {
-                self.warn(LeaseWarning {
-                    key: key.clone(),
-                    obligation_id: ob.id().clone(),
-                    kind: LeaseWarningKind::TermExceedsRevocationDeadline {
-                        term_seconds: term.as_secs(),
-                        revocation_deadline_seconds: deadline.as_secs(),
-                    },
-                    message,
-                });
-            }
+            self.warn_term_exceeds(&key, ob, term, deadline);
         }
         if ob.sequence().is_none() {
             self.warn(LeaseWarning {
@@ -351,6 +341,18 @@ impl Renewals {
             return;
         };
         let deadline = Duration::from_secs(ob.deadline_seconds());
+        self.warn_term_exceeds(key, ob, term, deadline);
+    }
+
+    /// Warns when a lease of `term` outlasts the revocation `deadline`
+    /// (`lease::lease_warning`): the window where a partitioned agent acts.
+    fn warn_term_exceeds(
+        &mut self,
+        key: &GovernedKey,
+        ob: &Obligation,
+        term: Duration,
+        deadline: Duration,
+    ) {
         if let Some(message) = lease::lease_warning(term, deadline) {
             self.warn(LeaseWarning {
                 key: key.clone(),

@@ -137,21 +137,6 @@ fn owner_row(db: &mut Client, agent: &str) -> Option<(String, i64)> {
     .map(|r| (r.get(0), r.get(1)))
 }
 
-/// Every row written under `epoch`: (table, key, value).
-fn rows_with_epoch(db: &mut Client, agent: &str, epoch: i64) -> BTreeSet<(String, Vec<u8>)> {
-    db.query(
-        "SELECT tbl, key, value FROM abhyasa_rows WHERE partition = $1 AND epoch = $2",
-        &[&agent, &epoch],
-    )
-    .unwrap()
-    .into_iter()
-    .map(|r| {
-        let (t, k, v): (String, Vec<u8>, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
-        (t, [k, v].concat())
-    })
-    .collect()
-}
-
 fn serving(dir: &Path) {
     wait_for("a node to serve", Duration::from_secs(30), || {
         Control::connect(dir)
@@ -326,7 +311,7 @@ fn c_fl_1_sigstopped_owner_is_fenced_and_exits_after_the_takeover() {
     wait_for("the standby to discharge", Duration::from_secs(30), || {
         pending(&s.standby) == Some(0)
     });
-    let before = rows_with_epoch(&mut db, &s.agent, stale);
+    let before = cluster::rows_with_epoch(url, &s.agent, stale);
 
     signal("-CONT");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -342,7 +327,7 @@ fn c_fl_1_sigstopped_owner_is_fenced_and_exits_after_the_takeover() {
     };
     assert!(!status.success(), "the fenced owner exits with an error");
     assert_eq!(
-        rows_with_epoch(&mut db, &s.agent, stale),
+        cluster::rows_with_epoch(url, &s.agent, stale),
         before,
         "the stale owner wrote after the takeover"
     );

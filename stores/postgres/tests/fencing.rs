@@ -7,14 +7,12 @@ mod cluster;
 #[path = "../../../abhyasa-store/tests/common/mod.rs"]
 mod common;
 
-use std::collections::BTreeSet;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use abhyasa_core::custody::{Custodian, Record};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::{Store, StoreError};
-use abhyasa_core::AgentId;
 use abhyasa_pg::{PgOptions, PgStore, Takeover};
 use common::{custodian_config, phala, EPOCH};
 use postgres::{Client, NoTls};
@@ -38,19 +36,6 @@ fn sql(url: &str) -> Client {
     Client::connect(url, NoTls).unwrap()
 }
 
-/// Every row written under `epoch`: (table, key, value).
-fn rows_with_epoch(url: &str, p: &AgentId, epoch: i64) -> BTreeSet<(String, Vec<u8>, Vec<u8>)> {
-    sql(url)
-        .query(
-            "SELECT tbl, key, value FROM abhyasa_rows WHERE partition = $1 AND epoch = $2",
-            &[&p.as_str(), &epoch],
-        )
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect()
-}
-
 // C-FL-1: owner A's lease lapses (A paused, no renewal); standby B takes
 // over and commits; A's next commit is refused with `Fenced` inside its own
 // transaction and no row carries A's epoch after the takeover.
@@ -61,7 +46,7 @@ fn stale_owner_is_fenced_after_takeover_c_fl_1() {
     let lease = Duration::from_millis(400);
     let mut a = PgStore::open(url, &p, &options("node-a", lease, None)).unwrap();
     let _ = a.commit(EPOCH, &[&offer("before")]).unwrap();
-    let a_rows = rows_with_epoch(url, &p, a.epoch() as i64);
+    let a_rows = cluster::rows_with_epoch(url, p.as_str(), a.epoch() as i64);
     assert!(!a_rows.is_empty(), "A wrote nothing under its epoch");
 
     // While A's lease is live, B may not take over.
@@ -95,7 +80,7 @@ fn stale_owner_is_fenced_after_takeover_c_fl_1() {
     ));
     assert!(a.lost_ownership());
     // B's commit rewrote some of A's rows; none was (re)written under A's.
-    let after = rows_with_epoch(url, &p, a.epoch() as i64);
+    let after = cluster::rows_with_epoch(url, p.as_str(), a.epoch() as i64);
     assert!(
         after.is_subset(&a_rows),
         "a row carries the stale epoch after the takeover: {:?}",

@@ -260,3 +260,22 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// Every row of `partition` written under owner `epoch`: (table, key,
+/// value). What fencing tests compare before and after a takeover.
+pub fn rows_with_epoch(
+    url: &str,
+    partition: &str,
+    epoch: i64,
+) -> std::collections::BTreeSet<(String, Vec<u8>, Vec<u8>)> {
+    postgres::Client::connect(url, postgres::NoTls)
+        .unwrap()
+        .query(
+            "SELECT tbl, key, value FROM abhyasa_rows WHERE partition = $1 AND epoch = $2",
+            &[&partition, &epoch],
+        )
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
