@@ -38,6 +38,13 @@ fn backend(op: &'static str, e: impl Into<redb::Error>) -> StoreError {
     }
 }
 
+fn builder(options: &StoreOptions) -> redb::Builder {
+    let cache = usize::try_from(options.cache_bytes).unwrap_or(usize::MAX);
+    let mut b = redb::Builder::new();
+    b.set_cache_size(cache);
+    b
+}
+
 /// The store on redb.
 #[derive(Debug)]
 pub struct RedbStore {
@@ -141,11 +148,64 @@ impl RedbStore {
     /// [`StoreError::NewerFormat`] if it was written by a newer format.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let cache = usize::try_from(options.cache_bytes).unwrap_or(usize::MAX);
-        let db = redb::Builder::new()
-            .set_cache_size(cache)
+        if !path.exists() {
+            Self::create_new(&path, options)?;
+        }
+        let db = builder(options)
             .create(&path)
             .map_err(|e| backend("open", e))?;
+        Self::finish_open(db, path)
+    }
+
+    /// Creates a new database under a temporary name, initialises it
+    /// (tables, format version: synced commits) and only then renames it
+    /// into place and syncs the directory. A power cut while a database is
+    /// first created would otherwise leave a torn file that no longer
+    /// opens ("not a redb database") though it never held a record: the
+    /// node could not start again. A leftover temporary file is such a cut
+    /// (nothing in it was ever acknowledged) and is replaced. C-ST-1.
+    fn create_new(path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
+        let io = |op: &'static str| move |source| StoreError::Io { op, source };
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".creating");
+        let tmp = path.with_file_name(name);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove an interrupted creation")(e)),
+        }
+        let db = builder(options)
+            .create(&tmp)
+            .map_err(|e| backend("create", e))?;
+        drop(Self::finish_open(db, tmp.clone())?);
+        std::fs::rename(&tmp, path).map_err(io("rename the new database into place"))?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync the database's directory"))
+    }
+
+    /// Opens (or creates) a store on a caller-supplied redb storage
+    /// backend instead of a file: the same tables, format checks and
+    /// migrations as [`RedbStore::open_with`]. Durability is the backend's
+    /// `sync_data`: a commit returns only after redb has called it. The
+    /// power-loss test (C-ST-1, `tests/power_loss.rs`) runs the store on a
+    /// backend that loses every write not yet synced. [`RedbStore::path`]
+    /// is empty for such a store.
+    pub fn open_on(
+        storage: impl redb::StorageBackend,
+        options: &StoreOptions,
+    ) -> Result<Self, StoreError> {
+        let db = builder(options)
+            .create_with_backend(storage)
+            .map_err(|e| backend("open", e))?;
+        Self::finish_open(db, PathBuf::new())
+    }
+
+    fn finish_open(db: redb::Database, path: PathBuf) -> Result<Self, StoreError> {
         let mut s = Self {
             db,
             path,
@@ -178,7 +238,8 @@ impl RedbStore {
         Ok(s)
     }
 
-    /// The database file.
+    /// The database file (empty for a store opened with
+    /// [`RedbStore::open_on`]).
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -1,0 +1,505 @@
+//! C-ST-1 power loss on the default store (redb): with writes not yet
+//! synced dropped at the crash point, every commit reported durable
+//! survives and nothing torn is read back.
+//!
+//! The kill test (`tests/kill.rs`) stops the process, but the kernel still
+//! holds its page cache: every `write` reaches the disk. A power cut does
+//! not: whatever was written since the last `fdatasync` may be lost, in
+//! part, in any order, and a write may be torn at a sector boundary. This
+//! test runs the store on [`PowerCut`], a redb storage backend that keeps
+//! the synced image apart from the writes since the last sync. At a crash
+//! point (the `n`-th I/O operation) every further operation fails, the
+//! commit in flight reports an error, and the disk that "comes back" is the
+//! synced image plus a seeded random subset of the unsynced writes, each
+//! torn into independently kept 512-byte sectors.
+//!
+//! The workload is a real one: a custodian and a receiver (the shared test
+//! world) run applied, declined, deferred, external-intent, superseded and
+//! escalated obligations on SimStores, and each side's commits are recorded
+//! (time and batches). Each side's log is replayed into a redb store on a
+//! `PowerCut` disk once cleanly (a snapshot of the loaded state after each
+//! commit), then once per crash point: the store reopened on the surviving
+//! image must open, load, keep its indexes equal to its records, and equal
+//! the snapshot after the last commit that returned `Ok` — or, if the
+//! commit in flight had reached the disk whole, the one after it. Nothing
+//! else: not a lost acknowledged commit, not a half of one.
+//!
+//! The default run takes a stride of crash points (every I/O operation of
+//! the commits up to the first sync, then every `STRIDE`-th one);
+//! `ABHYASA_POWER_LOSS_FULL=1` tries every operation, with more seeds.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use abhyasa_core::custody::Record;
+use abhyasa_core::store::{Committed, CrashTiming, DurableState, SimStore, Store, StoreError};
+use abhyasa_core::Timestamp;
+use abhyasa_store::{RedbStore, StoreOptions};
+use common::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const SECTOR: usize = 512;
+const STRIDE: u64 = 7;
+
+// ------------------------------------------------------------ the disk
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(u64, Vec<u8>),
+    SetLen(u64),
+}
+
+#[derive(Debug, Default)]
+struct Disk {
+    /// What a power cut cannot take: the image as of the last sync.
+    synced: Vec<u8>,
+    /// What reads see: the synced image plus every write since.
+    live: Vec<u8>,
+    /// The operations since the last sync, in order.
+    unsynced: Vec<Op>,
+    /// I/O operations so far (writes, length changes, syncs).
+    ops: u64,
+    /// The power fails at this operation (1-based): it and every later
+    /// operation return an error.
+    cut_at: Option<u64>,
+    cut: bool,
+}
+
+/// A redb storage backend that loses what was not synced (see the module
+/// doc). Clones share one disk.
+#[derive(Debug, Clone, Default)]
+struct PowerCut(Arc<Mutex<Disk>>);
+
+fn lost() -> io::Error {
+    io::Error::other("power lost")
+}
+
+fn apply(img: &mut Vec<u8>, op: &Op) {
+    match op {
+        Op::SetLen(n) => img.resize(usize::try_from(*n).unwrap(), 0),
+        Op::Write(off, data) => {
+            let off = usize::try_from(*off).unwrap();
+            if img.len() < off + data.len() {
+                img.resize(off + data.len(), 0);
+            }
+            img[off..off + data.len()].copy_from_slice(data);
+        }
+    }
+}
+
+impl PowerCut {
+    fn on(image: Vec<u8>) -> Self {
+        Self(Arc::new(Mutex::new(Disk {
+            synced: image.clone(),
+            live: image,
+            ..Disk::default()
+        })))
+    }
+
+    fn disk(&self) -> MutexGuard<'_, Disk> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one operation; fails it (and every later one) from the
+    /// crash point on.
+    fn tick(&self) -> io::Result<MutexGuard<'_, Disk>> {
+        let mut d = self.disk();
+        d.ops += 1;
+        if d.cut_at.is_some_and(|at| d.ops >= at) {
+            d.cut = true;
+        }
+        if d.cut {
+            return Err(lost());
+        }
+        Ok(d)
+    }
+
+    fn ops(&self) -> u64 {
+        self.disk().ops
+    }
+
+    fn cut_at(&self, op: u64) {
+        self.disk().cut_at = Some(op);
+    }
+
+    /// The disk after the power comes back: the synced image, then each
+    /// unsynced operation kept or lost at random (a write sector by sector).
+    fn after_power_loss(&self, rng: &mut ChaCha8Rng) -> Vec<u8> {
+        let d = self.disk();
+        let mut img = d.synced.clone();
+        for op in &d.unsynced {
+            match op {
+                Op::SetLen(_) => {
+                    if rng.random_bool(0.5) {
+                        apply(&mut img, op);
+                    }
+                }
+                Op::Write(off, data) => {
+                    for (i, sector) in data.chunks(SECTOR).enumerate() {
+                        if rng.random_bool(0.5) {
+                            let at = off + u64::try_from(i * SECTOR).unwrap();
+                            apply(&mut img, &Op::Write(at, sector.to_vec()));
+                        }
+                    }
+                }
+            }
+        }
+        img
+    }
+}
+
+impl redb::StorageBackend for PowerCut {
+    fn len(&self) -> io::Result<u64> {
+        let d = self.disk();
+        if d.cut {
+            return Err(lost());
+        }
+        Ok(u64::try_from(d.live.len()).unwrap())
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let d = self.disk();
+        if d.cut {
+            return Err(lost());
+        }
+        let off = usize::try_from(offset).map_err(io::Error::other)?;
+        let src = d
+            .live
+            .get(off..off + out.len())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let op = Op::SetLen(len);
+        apply(&mut d.live, &op);
+        d.unsynced.push(op);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let mut d = self.tick()?;
+        d.synced = d.live.clone();
+        d.unsynced.clear();
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let op = Op::Write(offset, data.to_vec());
+        apply(&mut d.live, &op);
+        d.unsynced.push(op);
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------ the workload
+
+/// One commit as the node made it.
+type Logged = (Timestamp, Vec<Vec<Record>>);
+
+/// A SimStore that records every commit it is asked for.
+struct Recorder {
+    inner: SimBackend,
+    log: Arc<Mutex<Vec<Logged>>>,
+}
+
+impl Backend for Recorder {
+    fn kind(&self) -> Kind {
+        Kind::Sim
+    }
+    fn store(&mut self) -> &mut dyn Store {
+        self.inner.store()
+    }
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        let out = self.inner.commit(now, batches);
+        if out.is_ok() {
+            let copy = batches.iter().map(|b| b.to_vec()).collect();
+            self.log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((now, copy));
+        }
+        out
+    }
+    fn arm(&mut self, k: u64, timing: CrashTiming) {
+        self.inner.arm(k, timing);
+    }
+    fn restart(&mut self) {
+        self.inner.restart();
+    }
+    fn commits(&self) -> u64 {
+        self.inner.commits()
+    }
+}
+
+/// Both sides' commit logs from a run with every terminal path.
+fn workload() -> (Vec<Logged>, Vec<Logged>) {
+    let clog = Arc::new(Mutex::new(Vec::new()));
+    let rlog = Arc::new(Mutex::new(Vec::new()));
+    let rec = |log: &Arc<Mutex<Vec<Logged>>>| -> Box<dyn Backend> {
+        Box::new(Recorder {
+            inner: SimBackend(SimStore::new()),
+            log: Arc::clone(log),
+        })
+    };
+    let mut w = World::with_backends(rec(&clog), rec(&rlog));
+    let run = Duration::from_secs(600);
+    w.applier.decisions.insert(oid("dc"), Decision::Decline);
+    w.applier.decisions.insert(oid("ex"), Decision::External);
+    w.applier
+        .decisions
+        .insert(oid("df"), Decision::DeferThenApply);
+    for i in 0..6 {
+        w.offer(phala(&format!("ap-{i}"), -0.1));
+    }
+    w.offer(phala("dc", -0.3));
+    w.offer(phala("ex", -0.3));
+    w.offer(phala("df", -0.3));
+    let at = w.now.saturating_add(Duration::from_secs(5));
+    w.complete_at(at, oid("df"));
+    w.offer(revoke("new", "email", 5));
+    w.run(run);
+    w.offer(revoke("old", "email", 3));
+    w.run(run);
+    w.partitioned = true;
+    w.offer(phala("es", -0.3));
+    w.run(run);
+    let take = |l: Arc<Mutex<Vec<Logged>>>| std::mem::take(&mut *l.lock().unwrap());
+    (take(clog), take(rlog))
+}
+
+// ------------------------------------------------------------ the check
+
+/// The loaded state in an order-independent form (the snapshots hold
+/// hash maps), so two loads of the same records compare equal.
+fn fingerprint(st: &DurableState) -> String {
+    fn sorted<K: std::fmt::Debug, V: std::fmt::Debug>(
+        m: &std::collections::HashMap<K, V>,
+    ) -> BTreeMap<String, String> {
+        m.iter()
+            .map(|(k, v)| (format!("{k:?}"), format!("{v:?}")))
+            .collect()
+    }
+    let c = &st.custodian;
+    let r = &st.receiver;
+    format!(
+        "pending {:?}\nterminal {:?}\nprincipal {:?}\nescalations {:?}\n\
+         reconciliations {:?}\nledger {:?}\nkeys {:?}\neffects {:?}\nintents {:?}\nnext {:?}",
+        sorted(&c.pending),
+        sorted(&c.terminal),
+        c.principal,
+        c.escalations,
+        c.reconciliations,
+        sorted(&r.ledger),
+        sorted(&r.key_sequences),
+        r.effects,
+        sorted(&r.intents),
+        st.next_event,
+    )
+}
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        cache_bytes: 4 * 1024 * 1024,
+    }
+}
+
+fn commit(store: &mut RedbStore, entry: &Logged) -> Result<Committed, StoreError> {
+    let batches: Vec<&[Record]> = entry.1.iter().map(Vec::as_slice).collect();
+    store.commit(entry.0, &batches)
+}
+
+/// A clean replay: the fingerprint before any commit and after each, and
+/// the I/O operation count at which each commit started and ended.
+struct Clean {
+    snaps: Vec<String>,
+    bounds: Vec<(u64, u64)>,
+}
+
+fn clean_replay(log: &[Logged]) -> Clean {
+    let disk = PowerCut::default();
+    let mut store = RedbStore::open_on(disk.clone(), &options()).unwrap();
+    let mut snaps = vec![fingerprint(&store.load().unwrap())];
+    let mut bounds = Vec::new();
+    for entry in log {
+        let start = disk.ops();
+        let _durable = commit(&mut store, entry).unwrap();
+        bounds.push((start, disk.ops()));
+        snaps.push(fingerprint(&store.load().unwrap()));
+    }
+    Clean { snaps, bounds }
+}
+
+/// One crash at I/O operation `at`: replays until the power fails, brings
+/// the disk back with a seeded loss of unsynced writes, and checks it.
+/// Returns whether the crash fell inside a commit.
+fn crash_at(side: &str, log: &[Logged], clean: &Clean, at: u64, seed: u64) -> bool {
+    let disk = PowerCut::default();
+    disk.cut_at(at);
+    let label = format!("{side}: power cut at I/O op {at}, seed {seed}");
+    // The store may not even finish opening before the cut.
+    let mut acked = 0usize;
+    let mut opened = false;
+    if let Ok(mut store) = RedbStore::open_on(disk.clone(), &options()) {
+        opened = true;
+        for entry in log {
+            if commit(&mut store, entry).is_err() {
+                break;
+            }
+            acked += 1;
+        }
+        // The process dies with the power: whatever redb does on drop
+        // meets a dead disk.
+        drop(store);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ at.rotate_left(17));
+    let image = if opened {
+        disk.after_power_loss(&mut rng)
+    } else {
+        // A cut while the database was being created: `RedbStore::open_with`
+        // builds a new file under a temporary name and renames it into
+        // place only once it is initialised and synced, so the node finds
+        // no database and creates a fresh one (nothing was acknowledged).
+        Vec::new()
+    };
+    let back = PowerCut::on(image);
+    let store = RedbStore::open_on(back, &options())
+        .unwrap_or_else(|e| panic!("{label}: the store does not open after the cut: {e}"));
+    let st = store
+        .load()
+        .unwrap_or_else(|e| panic!("{label}: the store does not load after the cut: {e}"));
+    let got = fingerprint(&st);
+    let durable = &clean.snaps[acked];
+    let in_flight = clean.snaps.get(acked + 1);
+    assert!(
+        got == *durable || Some(&got) == in_flight,
+        "{label}: after {acked} acknowledged commits the store reads back neither \
+         their state nor that plus the commit in flight\n--- got\n{got}\n--- durable\n{durable}"
+    );
+    assert_indexes_match(&store, EPOCH, &label);
+    acked < log.len()
+}
+
+fn crash_points(clean: &Clean, full: bool) -> Vec<u64> {
+    let last = clean.bounds.last().map_or(0, |b| b.1);
+    // Every operation of the first commits (opening the file, the format
+    // records, the first obligations), then a stride through the rest,
+    // plus the last operation of every commit (its header write or sync).
+    let first = clean.bounds.get(2).map_or(last, |b| b.1);
+    let mut pts: Vec<u64> = (1..=last + 1)
+        .filter(|&op| full || op <= first || op % STRIDE == 0)
+        .collect();
+    pts.extend(clean.bounds.iter().flat_map(|&(s, e)| [s + 1, e]));
+    pts.sort_unstable();
+    pts.dedup();
+    pts
+}
+
+fn enumerate(side: &str, log: &[Logged]) {
+    assert!(
+        log.len() >= 10,
+        "{side}: the workload made {} commits",
+        log.len()
+    );
+    let full = std::env::var_os("ABHYASA_POWER_LOSS_FULL").is_some();
+    let clean = clean_replay(log);
+    let seeds: &[u64] = if full { &[1, 2, 3, 4] } else { &[1] };
+    let mut inside = 0;
+    let pts = crash_points(&clean, full);
+    for &at in &pts {
+        for &seed in seeds {
+            if crash_at(side, log, &clean, at, seed) {
+                inside += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{side}: {} commits, {} I/O ops, {} crash points × {} seeds ({inside} inside a commit)",
+        log.len(),
+        clean.bounds.last().map_or(0, |b| b.1),
+        pts.len(),
+        seeds.len()
+    );
+    assert!(inside > 0, "{side}: no crash point fell inside a commit");
+}
+
+/// C-ST-1 on the custodian's commits (offers, attempts, acks, escalation
+/// with its fail-safe, principal writes).
+#[test]
+fn c_st_1_power_loss_custodian_commits_survive() {
+    let (clog, _) = workload();
+    enumerate("custodian", &clog);
+}
+
+/// C-ST-1 on the receiver's commits (ledger, effects, intents, deferrals).
+#[test]
+fn c_st_1_power_loss_receiver_commits_survive() {
+    let (_, rlog) = workload();
+    enumerate("receiver", &rlog);
+}
+
+/// The backend itself: a cut loses exactly the unsynced writes when the
+/// dice say so, and never a synced one (so the test above can fail).
+#[test]
+fn power_cut_drops_unsynced_writes_only() {
+    use redb::StorageBackend;
+    let d = PowerCut::default();
+    d.write(0, &[1; 1024]).unwrap();
+    d.sync_data().unwrap();
+    d.write(0, &[2; 1024]).unwrap();
+    d.cut_at(d.ops() + 1);
+    assert!(
+        d.write(1024, &[3; 8]).is_err(),
+        "the cut fails later writes"
+    );
+    let mut kept_new = false;
+    let mut kept_old = false;
+    for seed in 0..32 {
+        let img = d.after_power_loss(&mut ChaCha8Rng::seed_from_u64(seed));
+        assert_eq!(img.len(), 1024, "the failed write never reached the disk");
+        for sector in img.chunks(SECTOR) {
+            assert!(sector.iter().all(|&b| b == sector[0]), "a sector is atomic");
+            kept_new |= sector[0] == 2;
+            kept_old |= sector[0] == 1;
+        }
+    }
+    assert!(
+        kept_new && kept_old,
+        "unsynced sectors are sometimes kept, sometimes lost"
+    );
+}
+
+/// C-ST-1 at creation: a new database file is built under a temporary
+/// name and renamed into place once initialised, so a cut during creation
+/// leaves only that temporary file — which the next open replaces — never
+/// a torn `node.redb` that no longer opens.
+#[test]
+fn c_st_1_a_cut_during_creation_leaves_no_torn_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.redb");
+    let leftover = dir.path().join("node.redb.creating");
+    // What a cut mid-creation leaves: a file that is not a database.
+    std::fs::write(&leftover, b"torn: not a redb header").unwrap();
+    let mut store = RedbStore::open_with(&path, &options()).unwrap();
+    assert!(!leftover.exists(), "the interrupted creation is replaced");
+    let (clog, _) = workload();
+    for entry in clog.iter().take(5) {
+        let _durable = commit(&mut store, entry).unwrap();
+    }
+    let before = fingerprint(&store.load().unwrap());
+    drop(store);
+    // Opening an existing database never goes through the temporary file.
+    std::fs::write(&leftover, b"torn again").unwrap();
+    let store = RedbStore::open_with(&path, &options()).unwrap();
+    assert_eq!(fingerprint(&store.load().unwrap()), before);
+    assert!(leftover.exists(), "an existing database is opened in place");
+}
