@@ -436,6 +436,12 @@ fn supersession_never_regresses_on_either_side() {
         apps.swap(0, 1);
     }
     only(&t, Invariant::Supersession, "applied sequence 4 on");
+    // Not newer is not enough: the same sequence twice on a key.
+    let mut t = superseded();
+    if let Some(apps) = &mut t.applications {
+        apps[0].key_sequence = apps[1].key_sequence.clone();
+    }
+    only(&t, Invariant::Supersession, "applied sequence 5 on");
     let mut t = superseded();
     t.principal_writes.swap(0, 1);
     only(&t, Invariant::Supersession, "wrote sequence 3");
