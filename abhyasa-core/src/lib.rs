@@ -19,7 +19,6 @@ pub mod model;
 pub mod mutations;
 pub mod polarity;
 pub mod principal;
-pub mod sim;
 pub mod store;
 pub mod wire;
 

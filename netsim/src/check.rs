@@ -1,17 +1,26 @@
-//! The invariant checker for transfers that netsim drives itself
-//! (reference-v1), over ground truth: what the receiver's applier really
-//! did, what its ledger says, and what principal-side state shows.
+//! The adapter from a transfer netsim drives itself (reference-v1) to the
+//! one invariant checker, [`abhyasa_check::check`]: what the receiver's
+//! applier really did, what its ledger says, and what principal-side state
+//! shows become an [`abhyasa_check::Trace`].
 //!
-//! The core model is checked by the core's own checker inside
-//! `abhyasa_core::sim::run_sweep_range`; this one covers the same rules and
-//! adds AB-4 and "Declined ≠ applied" on principal state.
+//! The core model and the full-stack simulator are checked by the same
+//! function, so the rules (AB-1..AB-4, declined ≠ applied, deadlines,
+//! supersession) hold or fail the same way in every model.
 
+use std::collections::BTreeMap;
+
+use abhyasa_check::{AppliedByApplier, Offer, Outcome, PrincipalProbe, Terminal, Trace};
 use abhyasa_core::custody::{LedgerOutcome, TerminalState};
-use abhyasa_core::model::{Escalation, GuardOutcome, Timestamp};
-
+use abhyasa_core::model::{AgentId, Escalation, ObligationId, Timestamp};
 /// Everything the checker needs to know about one finished transfer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observation {
+    /// The custodian.
+    pub custodian: AgentId,
+    /// The receiver.
+    pub receiver: AgentId,
+    /// The obligation.
+    pub id: ObligationId,
     /// Transfer index.
     pub index: u64,
     /// Admissible (under custody) rather than benign.
@@ -40,91 +49,79 @@ pub struct Observation {
     pub weight_if_safe: f64,
 }
 
-/// Checks one transfer; returns what broke (empty: every invariant held).
+impl Observation {
+    /// The ground truth of this transfer, for the one checker. The driver
+    /// counts the applier's applications (the last one timed) but does not
+    /// watch the receiver's commits, so `applications` is `None`.
+    pub fn trace(&self) -> Trace {
+        let key = (self.custodian.clone(), self.id.clone());
+        let applier_applies = (0..self.applications)
+            .filter_map(|_| {
+                self.last_applied_at.map(|at| AppliedByApplier {
+                    receiver: self.receiver.clone(),
+                    custodian: self.custodian.clone(),
+                    id: self.id.clone(),
+                    at,
+                    deadline_at: self.deadline_at,
+                })
+            })
+            .collect();
+        let terminal = self.outcome.map(|state| Terminal {
+            custodian: self.custodian.clone(),
+            id: self.id.clone(),
+            outcome: match state {
+                TerminalState::Applied => Outcome::Applied,
+                TerminalState::Declined => Outcome::Declined(None),
+                TerminalState::Escalated => Outcome::Escalated,
+                TerminalState::BestEffort => Outcome::BestEffort,
+            },
+            attempts: self.attempts,
+            escalation: self.escalation.as_ref().map(|e| e.guard),
+            principal_writes: None,
+        });
+        let mut probes = BTreeMap::new();
+        if self.admissible {
+            probes.insert(
+                key.clone(),
+                PrincipalProbe {
+                    before: self.weight_before,
+                    after: self.weight_after,
+                    if_safe: self.weight_if_safe,
+                },
+            );
+        }
+        Trace {
+            offers: vec![Offer {
+                custodian: self.custodian.clone(),
+                id: self.id.clone(),
+                admissible: self.admissible,
+                deadline_at: self.deadline_at,
+                max_retries: self.max_retries,
+                sequence: None,
+            }],
+            applier_applies,
+            applications: None,
+            ledger: Some(
+                self.ledger
+                    .map(|l: LedgerOutcome| (key, l))
+                    .into_iter()
+                    .collect(),
+            ),
+            terminals: terminal.into_iter().collect(),
+            probes,
+            principal_writes: Vec::new(),
+            pending_at_end: Vec::new(),
+        }
+    }
+}
+
+/// Checks one transfer with [`abhyasa_check::check`]; returns what broke
+/// as `invariant: detail` lines (empty: every invariant held).
 pub fn check(o: &Observation) -> Vec<String> {
-    let mut v = Vec::new();
-    // Effectively-once (AB-3).
-    if o.applications > 1 {
-        v.push(format!(
-            "applied {} times (AB-3: at most once)",
-            o.applications
-        ));
-    }
-    // Deadlines bind both sides.
-    if let Some(at) = o.last_applied_at {
-        if at >= o.deadline_at {
-            v.push(format!(
-                "applied at {at}, at or after the deadline {}",
-                o.deadline_at
-            ));
-        }
-    }
-    // AB-2: the retry bound.
-    if o.admissible && o.attempts > 1 + o.max_retries {
-        v.push(format!(
-            "{} attempts exceed 1 + max_retries = {}",
-            o.attempts,
-            1 + o.max_retries
-        ));
-    }
-    let safe_applied = o.weight_after == o.weight_if_safe && o.weight_if_safe != o.weight_before;
-    match (o.admissible, o.outcome) {
-        (false, Some(TerminalState::BestEffort)) => {
-            if o.attempts != 1 {
-                v.push(format!("best-effort sent {} times", o.attempts));
-            }
-        }
-        (false, other) => v.push(format!("benign obligation ended {other:?}")),
-        (true, Some(TerminalState::Applied)) => {
-            if o.applications != 1 || o.ledger != Some(LedgerOutcome::Applied) {
-                v.push(format!(
-                    "custodian discharged applied but the receiver applied {} times (ledger {:?})",
-                    o.applications, o.ledger
-                ));
-            }
-            if o.weight_after != o.weight_before {
-                v.push("fail-safe applied although the receiver applied".into());
-            }
-        }
-        (true, Some(TerminalState::Declined)) => {
-            if o.applications != 0 || o.ledger != Some(LedgerOutcome::Declined) {
-                v.push(format!(
-                    "custodian discharged declined but the receiver applied {} times (ledger {:?})",
-                    o.applications, o.ledger
-                ));
-            }
-            if !safe_applied {
-                v.push("declined without the fail-safe (declined is not applied)".into());
-            }
-        }
-        (true, Some(TerminalState::Escalated)) => match &o.escalation {
-            None => v.push("escalated without an escalation event".into()),
-            Some(e) => {
-                if !matches!(
-                    e.guard,
-                    GuardOutcome::Applied | GuardOutcome::AlreadyInEffect
-                ) {
-                    v.push(format!(
-                        "escalated but the fail-safe was not applied ({:?})",
-                        e.guard
-                    ));
-                }
-                if !safe_applied {
-                    v.push("escalated but principal state shows no fail-safe (AB-4)".into());
-                }
-            }
-        },
-        (true, other) => v.push(format!(
-            "admissible obligation ended {other:?} (silent loss: deliver-or-report)"
-        )),
-    }
-    if o.escalation.is_some() && o.outcome != Some(TerminalState::Escalated) {
-        v.push(format!(
-            "escalation event but custody ended {:?}",
-            o.outcome
-        ));
-    }
-    v
+    abhyasa_check::check(&o.trace())
+        .into_iter()
+        .map(|v| format!("{}: {}", v.invariant, v.detail))
+        .collect()
 }
 
 #[cfg(test)]
@@ -133,6 +130,9 @@ mod tests {
 
     fn applied() -> Observation {
         Observation {
+            custodian: AgentId::new("custodian").unwrap(),
+            receiver: AgentId::new("receiver").unwrap(),
+            id: ObligationId::new("bu-0").unwrap(),
             index: 0,
             admissible: true,
             outcome: Some(TerminalState::Applied),
@@ -149,7 +149,8 @@ mod tests {
         }
     }
 
-    // Each rule fires on its own: the checker is not vacuous.
+    // Each rule fires through the adapter, named by its invariant: the
+    // reference-v1 driver's observations reach every rule they can break.
     #[test]
     fn every_rule_fires() {
         assert!(check(&applied()).is_empty());
@@ -159,35 +160,35 @@ mod tests {
                     applications: 2,
                     ..applied()
                 },
-                "applied 2 times",
+                "AB-3: applied 2 times",
             ),
             (
                 Observation {
                     last_applied_at: Some(Timestamp::from_unix_seconds(600)),
                     ..applied()
                 },
-                "after the deadline",
+                "deadline: applied at ",
             ),
             (
                 Observation {
                     attempts: 66,
                     ..applied()
                 },
-                "exceed 1 + max_retries",
+                "AB-2: 66 attempts exceed 1 + max_retries",
             ),
             (
                 Observation {
                     outcome: None,
                     ..applied()
                 },
-                "silent loss",
+                "AB-1: admissible obligation neither closed nor pending: silently lost",
             ),
             (
                 Observation {
                     weight_after: 0.6,
                     ..applied()
                 },
-                "fail-safe applied although",
+                "AB-4: fail-safe applied although",
             ),
             (
                 Observation {
@@ -196,7 +197,7 @@ mod tests {
                     ledger: Some(LedgerOutcome::Declined),
                     ..applied()
                 },
-                "declined without the fail-safe",
+                "declined-not-applied: declined without the fail-safe",
             ),
             (
                 Observation {
@@ -205,7 +206,7 @@ mod tests {
                     weight_after: 0.6,
                     ..applied()
                 },
-                "discharged declined but the receiver applied 1",
+                "applied-means-applied: custodian discharged declined but the receiver applied 1",
             ),
             (
                 Observation {
@@ -213,7 +214,7 @@ mod tests {
                     weight_after: 0.6,
                     ..applied()
                 },
-                "without an escalation event",
+                "AB-4: escalated without an escalation record",
             ),
             (
                 Observation {
@@ -221,7 +222,7 @@ mod tests {
                     outcome: Some(TerminalState::Escalated),
                     ..applied()
                 },
-                "benign obligation ended",
+                "AC-1: benign obligation ended",
             ),
         ];
         for (o, want) in cases {

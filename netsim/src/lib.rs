@@ -11,8 +11,8 @@
 //! channel, on every core, with every invariant checked on every transfer.
 //! Two channel models ([`settings::Model`]):
 //!
-//! * `core` — the core's own engine and checker
-//!   (`abhyasa_core::sim::run_sweep_range`);
+//! * `core` — the abstract sweep of [`abhyasa_check::sim`]
+//!   (`run_sweep_range`), checked by the one invariant checker;
 //! * `reference-v1` — the public Python reference harness reproduced draw
 //!   for draw ([`mod@reference`], on [`pyrandom::PyRandom`]).
 //!
@@ -21,6 +21,11 @@
 //! ([`shard::Shard`], [`merge`]). Full-stack scenarios run the node
 //! runtime under turmoil ([`fullstack`], `abhyasa-sim run`); studies sweep
 //! a scenario parameter over them ([`study`], `abhyasa-sim study`).
+//!
+//! Every model and the full-stack runs are checked by the same rules:
+//! each turns what it saw into an [`abhyasa_check::Trace`] and calls
+//! [`abhyasa_check::check`] ([`check`] and `fullstack`'s checker are the
+//! adapters).
 #![forbid(unsafe_code)]
 
 pub mod check;

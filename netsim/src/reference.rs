@@ -22,6 +22,7 @@
 //! attempt count differs from it is reported as a violation, so every
 //! compat run proves itself draw for draw.
 
+use abhyasa_check::sim::SIM_EPOCH;
 use abhyasa_core::custody::{
     Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent,
     CustodyProfile, Receiver, ReceiverConfig, TerminalState, Transmit,
@@ -29,7 +30,6 @@ use abhyasa_core::custody::{
 use abhyasa_core::model::{AgentId, DeclineReason, Escalation, Obligation, Timestamp};
 use abhyasa_core::polarity::{PolarityRegistry, PHALA_KIND};
 use abhyasa_core::principal::WeightRange;
-use abhyasa_core::sim::SIM_EPOCH;
 use abhyasa_core::wire::Message;
 use serde_json::json;
 
@@ -354,6 +354,9 @@ impl ReferenceDriver {
         record.outcome = self.custodian.terminal(&id).map(|t| t.state);
         record.applications = self.applier.applications;
         let observation = Observation {
+            custodian: self.custodian_id.clone(),
+            receiver: self.receiver_id.clone(),
+            id: id.clone(),
             index,
             admissible: true,
             outcome: record.outcome,

@@ -5,19 +5,19 @@
 
 use std::time::Duration;
 
+use abhyasa_check::sim::SweepConfig;
 use abhyasa_core::model::{KindProfile, RetryBackoff};
 use abhyasa_core::polarity::PHALA_KIND;
-use abhyasa_core::sim::SweepConfig;
 use abhyasa_core::ProfileError;
 
 /// The channel model and random stream of a sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
-    /// `abhyasa_core::sim`: per-transfer ChaCha8 streams, link rates (drop,
+    /// `abhyasa_check::sim`: per-transfer ChaCha8 streams, link rates (drop,
     /// duplicate, ack-drop, reorder) drawn uniformly in `[0, 1)`, 20 ms
     /// latency, jittered backoff, a fraction of benign (best-effort)
-    /// obligations; the core's own invariant checker.
+    /// obligations; checked by the one invariant checker (`abhyasa_check`).
     Core,
     /// The public Python reference harness, draw for draw: CPython's
     /// MT19937 master stream, zero-latency round trips, no jitter (see

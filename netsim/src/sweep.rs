@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use abhyasa_core::sim::{run_sweep_range, SweepConfig};
+use abhyasa_check::sim::{run_sweep_range, SweepConfig};
 use indicatif::ProgressBar;
 
 use crate::reference::{MasterStream, ReferenceDriver};
@@ -110,7 +110,7 @@ pub enum SweepError {
     /// Fault injection needs a model whose receiver netsim drives itself.
     #[error(
         "--dangerous-inject-fault needs --compat reference-v1: the core model runs \
-         abhyasa_core::sim::run_sweep_range, which has no receiver hook"
+         abhyasa_check::sim::run_sweep_range, which has no receiver hook"
     )]
     FaultNeedsReferenceModel,
     /// A worker thread panicked (a bug: the message was printed above).
@@ -257,8 +257,8 @@ fn thread_cpu_seconds() -> Option<f64> {
     Some((utime + stime) as f64 / 100.0)
 }
 
-/// One chunk of the core model: the core's own engine and checker
-/// (`abhyasa_core::sim::run_sweep_range`), on a fresh `Pair`.
+/// One chunk of the core model: the abstract sweep and the one checker
+/// (`abhyasa_check::sim::run_sweep_range`), on a fresh `Pair`.
 fn core_chunk(cfg: &SweepConfig, range: Range<u64>) -> Tally {
     let r = run_sweep_range(cfg, range.clone());
     let mut t = Tally {
@@ -273,7 +273,7 @@ fn core_chunk(cfg: &SweepConfig, range: Range<u64>) -> Tally {
         ..Tally::default()
     };
     for v in r.violations {
-        t.violation(v.transfer, v.what);
+        t.violation(v.transfer, v.what());
     }
     // The core pushes one outcome per transfer that ended; with no
     // violation they line up with the indices.

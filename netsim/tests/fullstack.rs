@@ -172,9 +172,7 @@ fn broken_receiver_ledger_is_caught() {
     });
     assert!(!r.passed(), "{r}");
     assert!(
-        r.violations
-            .iter()
-            .any(|v| v.invariant == "effectively-once"),
+        r.violations.iter().any(|v| v.invariant == "AB-3"),
         "{:#?}",
         r.violations
     );

@@ -1,6 +1,6 @@
 //! Shared test support: the three backends behind one interface, and a
 //! two-node world that drives the real custodian and receiver through
-//! their stores the way `abhyasa_core::sim::Pair` drives them through the
+//! their stores the way `abhyasa_check::sim::Pair` drives them through the
 //! abstract channel — but committing every batch to a store, with crash
 //! points and restarts.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]

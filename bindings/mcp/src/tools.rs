@@ -11,12 +11,12 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use abhyasa_core::custody::{
-    Custodian, CustodianConfig, CustodianEvent, Receiver, ReceiverConfig, TerminalState, Transmit,
+    Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent, Receiver,
+    ReceiverConfig, TerminalState, Transmit,
 };
 use abhyasa_core::polarity::PolarityRegistry;
-use abhyasa_core::sim::{SimApplier, SimDecision};
 use abhyasa_core::wire::Message;
-use abhyasa_core::{AgentId, CustodyAck, KindProfile, Obligation, Timestamp};
+use abhyasa_core::{AgentId, CustodyAck, DeclineReason, KindProfile, Obligation, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Map, Value};
@@ -278,6 +278,39 @@ impl Default for ChannelArgs {
     }
 }
 
+/// What the `simulate` tool's scripted receiver answers
+/// (`receiver_decision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SimDecision {
+    Apply,
+    Decline,
+    Defer,
+}
+
+/// The `simulate` tool's receiver: answers as scripted every time it is
+/// asked, and counts real applications (the tool reports them).
+#[derive(Debug)]
+struct SimApplier {
+    decision: SimDecision,
+    applications: u32,
+}
+
+impl Applier for SimApplier {
+    fn decide(&mut self, _ctx: &ApplyContext<'_>, _ob: &Obligation) -> ApplyDecision {
+        match self.decision {
+            SimDecision::Apply => {
+                self.applications += 1;
+                ApplyDecision::Apply(Vec::new())
+            }
+            SimDecision::Decline => ApplyDecision::Decline {
+                reason: DeclineReason::Policy,
+                detail: None,
+            },
+            SimDecision::Defer => ApplyDecision::Defer { detail: None },
+        }
+    }
+}
+
 fn decision_arg(args: &Map<String, Value>) -> Result<(SimDecision, &'static str), ToolError> {
     match args.get("receiver_decision") {
         None | Some(Value::Null) => Ok((SimDecision::Apply, "applied")),
@@ -496,8 +529,8 @@ fn simulate(
         custodian: Custodian::new(cc, PolarityRegistry::standard()),
         receiver: Receiver::new(rc, PolarityRegistry::standard()),
         applier: SimApplier {
-            decision: Some(decision),
-            ..SimApplier::default()
+            decision,
+            applications: 0,
         },
         custodian_id,
         target,
@@ -550,7 +583,8 @@ fn simulate(
                 "internal: obligation {id} did not reach a terminal state (deliver-or-report violated)"
             ))
         })?;
-    let applications = sim.applier.applied.get(&id).map_or(0, |a| a.0);
+    // One obligation per simulation: every application is of `id`.
+    let applications = sim.applier.applications;
     Ok(SimOutcome {
         custodian: sim.custodian,
         terminal,

@@ -1,10 +1,16 @@
-//! The invariant checker over ground truth: what the receivers' appliers
-//! decided and what every store committed (see [`super::truth`]), not
-//! what the nodes report about themselves.
+//! The full-stack run's adapter to the one invariant checker: the ground
+//! truth of [`super::truth`] — what the receivers' appliers decided and
+//! what every store committed, not what the nodes report about themselves —
+//! becomes an [`abhyasa_check::Trace`], checked by [`abhyasa_check::check`]
+//! like every other model. The contact-window rule (C-TR-6) is the
+//! scenario's own and stays here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use abhyasa_core::{AgentId, GuardOutcome, ObligationId, Timestamp};
+use abhyasa_check::{
+    Application, AppliedByApplier, Offer, Outcome, PrincipalSequence, Terminal, Trace,
+};
+use abhyasa_core::{AgentId, ObligationId, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::host::is_best_effort;
@@ -14,13 +20,24 @@ use super::truth::{CloseState, Inner, Verdict};
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
-    /// Which invariant (`deliver-or-report`, `effectively-once`, `AB-4`,
-    /// `supersession`, `deadline`, `AB-2`, `applied-means-applied`).
+    /// Which invariant, as [`abhyasa_check::Invariant::name`] spells it
+    /// (`AB-1`, `AB-2`, `AB-3`, `AB-4`, `deadline`, `supersession`,
+    /// `applied-means-applied`, ...), or `C-TR-6`.
     pub invariant: String,
     /// The obligation (`custodian/obligation-id`), when there is one.
     pub obligation: Option<String>,
     /// What was seen.
     pub detail: String,
+}
+
+impl From<abhyasa_check::Violation> for Violation {
+    fn from(v: abhyasa_check::Violation) -> Self {
+        Self {
+            invariant: v.invariant.name().to_string(),
+            obligation: v.obligation_name(),
+            detail: v.detail,
+        }
+    }
 }
 
 fn v(out: &mut Vec<Violation>, inv: &str, ob: Option<String>, detail: String) {
@@ -45,224 +62,113 @@ fn by_key<'a, T>(
     m
 }
 
-/// Checks every invariant; returns the violations in a stable order.
-pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<Violation> {
-    let mut out = Vec::new();
-    let name = |k: &Key| format!("{}/{}", k.0, k.1);
-    let max_retries = s.max_retries();
-
-    // Deliver-or-report: nothing still pending once every deadline passed.
+/// The run's ground truth as the checker's trace. Best-effort sends are
+/// not under custody and are left out, as the run's rules always did;
+/// `pending_at_end` names (`custodian/id`) that match no committed custody
+/// open are returned apart, to be reported as they are.
+fn trace(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> (Trace, Vec<String>) {
+    let max_retries = u64::from(s.max_retries());
+    let offers: Vec<Offer> = t
+        .opened
+        .iter()
+        .filter(|(_, o)| !is_best_effort(o))
+        .map(|(a, o)| Offer {
+            custodian: a.clone(),
+            id: o.id().clone(),
+            admissible: true,
+            deadline_at: o.deadline_at(),
+            max_retries,
+            sequence: o.sequence(),
+        })
+        .collect();
+    let mut pending = Vec::new();
+    let mut unmatched = Vec::new();
     for p in pending_at_end {
+        match offers
+            .iter()
+            .find(|o| format!("{}/{}", o.custodian, o.id) == *p)
+        {
+            Some(o) if !pending.contains(&o.key()) => pending.push(o.key()),
+            Some(_) => {}
+            None => unmatched.push(p.clone()),
+        }
+    }
+    let trace = Trace {
+        offers,
+        applier_applies: t
+            .decisions
+            .iter()
+            .filter(|d| d.verdict == Verdict::Apply)
+            .map(|d| AppliedByApplier {
+                receiver: d.receiver.clone(),
+                custodian: d.custodian.clone(),
+                id: d.id.clone(),
+                at: d.at,
+                deadline_at: d.deadline_at,
+            })
+            .collect(),
+        applications: Some(
+            t.applications
+                .iter()
+                .map(|a| Application {
+                    receiver: a.receiver.clone(),
+                    custodian: a.custodian.clone(),
+                    id: a.id.clone(),
+                    at: a.at,
+                    key_sequence: a.key_sequence.clone(),
+                })
+                .collect(),
+        ),
+        ledger: None,
+        terminals: t
+            .closes
+            .iter()
+            .map(|c| Terminal {
+                custodian: c.custodian.clone(),
+                id: c.id.clone(),
+                outcome: match c.state {
+                    CloseState::Applied => Outcome::Applied,
+                    CloseState::Declined(r) => Outcome::Declined(r),
+                    CloseState::Escalated => Outcome::Escalated,
+                },
+                attempts: u64::from(c.attempts),
+                escalation: c.guard.filter(|_| c.has_escalation),
+                principal_writes: Some(c.principal_writes),
+            })
+            .collect(),
+        probes: BTreeMap::new(),
+        principal_writes: t
+            .principal
+            .iter()
+            .map(|(a, key, sequence)| PrincipalSequence {
+                custodian: a.clone(),
+                key: key.clone(),
+                sequence: *sequence,
+            })
+            .collect(),
+        pending_at_end: pending,
+    };
+    (trace, unmatched)
+}
+
+/// Checks every invariant with the one checker; returns the violations in
+/// a stable order.
+pub(crate) fn check(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> Vec<Violation> {
+    let (trace, unmatched) = trace(s, t, pending_at_end);
+    let mut out = Vec::new();
+    for p in unmatched {
         v(
             &mut out,
-            "deliver-or-report",
-            Some(p.clone()),
+            abhyasa_check::Invariant::Ab1.name(),
+            Some(p),
             "still pending after its deadline and the grace period".into(),
         );
     }
-    // Every custody opened closes exactly once, applied/declined/escalated.
-    let mut opened: BTreeMap<Key, &abhyasa_core::Obligation> = BTreeMap::new();
-    for (a, o) in &t.opened {
-        if is_best_effort(o) {
-            continue;
-        }
-        opened.entry((a.clone(), o.id().clone())).or_insert(o);
-    }
-    let closes = by_key(&t.closes, |c| (c.custodian.clone(), c.id.clone()));
-    for k in opened.keys() {
-        match closes.get(k).map(Vec::len).unwrap_or(0) {
-            1 => {}
-            0 if pending_at_end.contains(&name(k)) => {}
-            0 => v(
-                &mut out,
-                "deliver-or-report",
-                Some(name(k)),
-                "custody opened but neither closed nor pending: silently lost".into(),
-            ),
-            n => v(
-                &mut out,
-                "deliver-or-report",
-                Some(name(k)),
-                format!("custody closed {n} times"),
-            ),
-        }
-    }
-    for k in closes.keys() {
-        if !opened.contains_key(k) {
-            v(
-                &mut out,
-                "deliver-or-report",
-                Some(name(k)),
-                "closed without a committed custody open".into(),
-            );
-        }
-    }
-
-    // Ground truth of the receivers: applier verdicts and committed
-    // applications, keyed (custodian, id).
-    let decided_apply = by_key(
-        t.decisions.iter().filter(|d| d.verdict == Verdict::Apply),
-        |d| (d.custodian.clone(), d.id.clone()),
+    out.extend(
+        abhyasa_check::check(&trace)
+            .into_iter()
+            .map(Violation::from),
     );
-    let applied = by_key(&t.applications, |a| (a.custodian.clone(), a.id.clone()));
-    let keys: BTreeSet<&Key> = decided_apply.keys().chain(applied.keys()).collect();
-    for k in keys {
-        let n_dec = decided_apply.get(k).map(Vec::len).unwrap_or(0);
-        let n_app = applied.get(k).map(Vec::len).unwrap_or(0);
-        if n_dec > 1 || n_app > 1 {
-            v(
-                &mut out,
-                "effectively-once",
-                Some(name(k)),
-                format!(
-                    "applied {n_dec} times by the receiver's applier, {n_app} committed \
-                     applications (AB-3: at most once)"
-                ),
-            );
-        }
-        if n_dec != n_app {
-            v(
-                &mut out,
-                "effectively-once",
-                Some(name(k)),
-                format!(
-                    "the applier applied {n_dec} times but {n_app} applications were \
-                     committed with the ledger (AB-3: effect and ledger in one commit)"
-                ),
-            );
-        }
-        // Deadlines bind both sides: never applied at or after the deadline.
-        for d in decided_apply.get(k).into_iter().flatten() {
-            if d.at >= d.deadline_at {
-                v(
-                    &mut out,
-                    "deadline",
-                    Some(name(k)),
-                    format!(
-                        "applied at {} at or after its deadline {}",
-                        d.at, d.deadline_at
-                    ),
-                );
-            }
-        }
-    }
-
-    // Custodian closes against ground truth.
-    for (k, cs) in &closes {
-        let Some(c) = cs.first() else { continue };
-        let n_app = applied.get(k).map(Vec::len).unwrap_or(0);
-        if c.attempts > max_retries + 1 {
-            v(
-                &mut out,
-                "AB-2",
-                Some(name(k)),
-                format!(
-                    "{} attempts exceed 1 + max_retries = {}",
-                    c.attempts,
-                    max_retries + 1
-                ),
-            );
-        }
-        match c.state {
-            CloseState::Applied if n_app != 1 => v(
-                &mut out,
-                "applied-means-applied",
-                Some(name(k)),
-                format!("custodian closed applied but the receiver applied {n_app} times"),
-            ),
-            CloseState::Declined(_) if n_app != 0 => v(
-                &mut out,
-                "applied-means-applied",
-                Some(name(k)),
-                format!("custodian closed declined but the receiver applied {n_app} times"),
-            ),
-            CloseState::Escalated => {
-                // AB-4: the escalation is recorded with the fail-safe.
-                if !c.has_escalation {
-                    v(
-                        &mut out,
-                        "AB-4",
-                        Some(name(k)),
-                        "escalated without an escalation record".into(),
-                    );
-                }
-                let seq = opened.get(k).and_then(|o| o.sequence());
-                match c.guard {
-                    Some(GuardOutcome::Applied) if c.principal_writes == 0 => v(
-                        &mut out,
-                        "AB-4",
-                        Some(name(k)),
-                        "fail-safe reported applied but no principal-side write was committed"
-                            .into(),
-                    ),
-                    Some(GuardOutcome::Superseded { newest })
-                        if seq.is_some_and(|s| newest < s) =>
-                    {
-                        v(
-                            &mut out,
-                            "AB-4",
-                            Some(name(k)),
-                            format!(
-                                "fail-safe dropped as superseded by an older sequence {newest}"
-                            ),
-                        )
-                    }
-                    None => v(
-                        &mut out,
-                        "AB-4",
-                        Some(name(k)),
-                        "escalated with no fail-safe outcome".into(),
-                    ),
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-    }
-
-    // Supersession never regresses: receiver side, applications on a key
-    // in commit order carry strictly increasing sequences; principal side,
-    // authorization writes on a key never go back.
-    let mut recv_seq: BTreeMap<(AgentId, String), u64> = BTreeMap::new();
-    for a in &t.applications {
-        if let Some((key, seq)) = &a.key_sequence {
-            let e = recv_seq
-                .entry((a.receiver.clone(), key.to_string()))
-                .or_insert(0);
-            if seq.0 <= *e {
-                v(
-                    &mut out,
-                    "supersession",
-                    Some(format!("{}/{}", a.custodian, a.id)),
-                    format!(
-                        "receiver {} applied sequence {} on {key} after {}",
-                        a.receiver, seq.0, *e
-                    ),
-                );
-            } else {
-                *e = seq.0;
-            }
-        }
-    }
-    let mut prin_seq: BTreeMap<(AgentId, String), u64> = BTreeMap::new();
-    for (a, key, seq) in &t.principal {
-        if let Some(seq) = seq {
-            let e = prin_seq.entry((a.clone(), key.to_string())).or_insert(0);
-            if seq.0 < *e {
-                v(
-                    &mut out,
-                    "supersession",
-                    None,
-                    format!(
-                        "principal of {a} wrote sequence {} on {key} after {}",
-                        seq.0, *e
-                    ),
-                );
-            } else {
-                *e = seq.0;
-            }
-        }
-    }
     out
 }
 

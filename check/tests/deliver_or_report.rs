@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use abhyasa_check::sim::{run_sweep_range, LinkProfile, SweepConfig};
 use abhyasa_core::custody::TerminalState;
-use abhyasa_core::sim::{run_sweep_range, LinkProfile, SweepConfig};
 
 // C-DOR-1: every admissible obligation ends applied/declined/escalated,
 // applications <= 1, all three outcomes occur, over 100,000 transfers with

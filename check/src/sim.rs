@@ -1,28 +1,41 @@
 //! A seeded abstract lossy channel between one custodian and one receiver,
-//! in virtual time, with an invariant check on every transfer.
+//! in virtual time, with every transfer checked by [`crate::check()`].
 //!
 //! This is the deliver-or-report sweep of the conformance suite (C-DOR-1..3)
-//! and the engine of `abhyasa-sim sweep`. Transfer `i` of a sweep with seed
-//! `s` draws everything it needs (link rates, the receiver's decision, every
-//! loss and delay) from ChaCha8 stream `i` of seed `s`, so transfers are
-//! independent: a sweep can be split across threads or machines and merged
-//! into exactly the result of one run.
+//! and the engine of `abhyasa-sim sweep`'s core model. Transfer `i` of a
+//! sweep with seed `s` draws everything it needs (link rates, the
+//! receiver's decision, every loss and delay) from ChaCha8 stream `i` of
+//! seed `s`, so transfers are independent: a sweep can be split across
+//! threads or machines and merged into exactly the result of one run.
+//!
+//! Each transfer's ground truth — the applier's applications, the ledger
+//! records the receiver committed, the custodian's close record and
+//! principal state around the offer — becomes a [`Trace`], so the sweep
+//! checks the same rules as netsim's drivers, the principal-side AB-4 and
+//! declined ≠ applied rules included.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
+use abhyasa_core::custody::{
+    Applier, ApplyContext, ApplyDecision, ClosedRecord, Custodian, CustodianConfig, CustodianEvent,
+    CustodyOutcome, CustodyProfile, LedgerOutcome, Receiver, ReceiverConfig, Record, TerminalState,
+    Transmit,
+};
+use abhyasa_core::model::{AgentId, DeclineReason, Obligation, RetryBackoff, Timestamp};
+use abhyasa_core::polarity::{Admission, PolarityRegistry, PHALA_KIND};
+use abhyasa_core::principal::PrincipalWrite;
+use abhyasa_core::wire::Message;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use crate::custody::{
-    Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent,
-    CustodyProfile, LedgerOutcome, Receiver, ReceiverConfig, TerminalState, Transmit,
+use crate::checker::{check, Invariant, Violation};
+use crate::trace::{
+    Application, AppliedByApplier, Offer, Outcome, PrincipalProbe, PrincipalSequence, Terminal,
+    Trace,
 };
-use crate::model::{AgentId, DeclineReason, Obligation, ObligationId, RetryBackoff, Timestamp};
-use crate::polarity::PolarityRegistry;
-use crate::wire::Message;
 
 /// Loss model of one transfer's link.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,11 +127,18 @@ impl Default for SweepConfig {
 
 /// A broken invariant, with the transfer that broke it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Violation {
+pub struct TransferViolation {
     /// Transfer index.
     pub transfer: u64,
-    /// What broke.
-    pub what: String,
+    /// What broke, as the checker names it.
+    pub violation: Violation,
+}
+
+impl TransferViolation {
+    /// `invariant: detail`, for reports.
+    pub fn what(&self) -> String {
+        format!("{}: {}", self.violation.invariant, self.violation.detail)
+    }
 }
 
 /// Aggregate outcome of a sweep (merge shards with [`SweepReport::merge`]).
@@ -141,7 +161,7 @@ pub struct SweepReport {
     /// Late acks recorded for reconciliation.
     pub late_acks: u64,
     /// Invariant violations (must be empty).
-    pub violations: Vec<Violation>,
+    pub violations: Vec<TransferViolation>,
     /// Per-transfer terminal states, in transfer order (for replay checks).
     pub outcomes: Vec<TerminalState>,
 }
@@ -173,22 +193,39 @@ impl SweepReport {
 }
 
 /// The simulated receiver's applier: applies, declines or defers as told,
-/// and counts real applications (ground truth for effectively-once).
+/// and logs every real application (ground truth for AB-3 and deadlines).
 #[derive(Debug, Default)]
 pub struct SimApplier {
     /// What to decide.
     pub decision: Option<SimDecision>,
-    /// Applications per obligation, with the instant of the last one.
-    pub applied: HashMap<ObligationId, (u32, Timestamp)>,
+    /// Every application since the log was last drained, in order.
+    pub applied: Vec<AppliedByApplier>,
+    /// The receiver this applier runs in.
+    receiver: Option<AgentId>,
+}
+
+impl SimApplier {
+    /// An applier for `receiver` that decides `decision`.
+    pub fn new(receiver: AgentId, decision: SimDecision) -> Self {
+        Self {
+            decision: Some(decision),
+            applied: Vec::new(),
+            receiver: Some(receiver),
+        }
+    }
 }
 
 impl Applier for SimApplier {
     fn decide(&mut self, ctx: &ApplyContext<'_>, ob: &Obligation) -> ApplyDecision {
         match self.decision.unwrap_or(SimDecision::Apply) {
             SimDecision::Apply => {
-                let e = self.applied.entry(ob.id().clone()).or_insert((0, ctx.now));
-                e.0 += 1;
-                e.1 = ctx.now;
+                self.applied.push(AppliedByApplier {
+                    receiver: self.receiver.clone().unwrap_or_else(|| ob.target().clone()),
+                    custodian: ctx.custodian.clone(),
+                    id: ob.id().clone(),
+                    at: ctx.now,
+                    deadline_at: ob.deadline_at(),
+                });
                 ApplyDecision::Apply(Vec::new())
             }
             SimDecision::Decline => ApplyDecision::Decline {
@@ -219,6 +256,61 @@ pub struct Pair {
     receiver_id: AgentId,
     queue: BinaryHeap<Reverse<(Timestamp, u64, HopMsg)>>,
     seq: u64,
+    /// Committed ground truth since the last transfer began.
+    seen: Seen,
+}
+
+/// What the pair's commits showed during one transfer.
+#[derive(Debug, Default)]
+struct Seen {
+    /// `applied` ledger records the receiver committed.
+    applications: Vec<Application>,
+    /// Custody closes the custodian committed.
+    closes: Vec<ClosedRecord>,
+    /// Principal authorization writes the custodian committed.
+    principal: Vec<PrincipalSequence>,
+}
+
+impl Seen {
+    fn custodian_commit(&mut self, agent: &AgentId, records: &[Record]) {
+        for r in records {
+            let writes = match r {
+                Record::CustodyOpened { principal, .. } => principal.as_slice(),
+                Record::BestEffortSent { principal, .. } => principal.as_slice(),
+                Record::CustodyClosed(c) => {
+                    self.closes.push((**c).clone());
+                    c.principal.as_slice()
+                }
+                Record::Principal { writes, .. } => writes.as_slice(),
+                _ => &[],
+            };
+            for w in writes {
+                if let PrincipalWrite::Authorization { key, entry } = w {
+                    self.principal.push(PrincipalSequence {
+                        custodian: agent.clone(),
+                        key: key.clone(),
+                        sequence: entry.sequence,
+                    });
+                }
+            }
+        }
+    }
+
+    fn receiver_commit(&mut self, agent: &AgentId, records: &[Record]) {
+        for r in records {
+            if let Record::Ledger(l) = r {
+                if l.outcome == LedgerOutcome::Applied {
+                    self.applications.push(Application {
+                        receiver: agent.clone(),
+                        custodian: l.custodian.clone(),
+                        id: l.obligation_id.clone(),
+                        at: l.recorded_at,
+                        key_sequence: l.key_sequence.clone(),
+                    });
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -252,6 +344,8 @@ pub struct TransferResult {
     pub applications: u32,
     /// A late ack was recorded.
     pub late_ack: bool,
+    /// Ground truth of the transfer, for [`crate::check()`].
+    pub trace: Trace,
 }
 
 impl Pair {
@@ -270,11 +364,12 @@ impl Pair {
         Self {
             custodian: Custodian::new(cc, PolarityRegistry::standard()),
             receiver: Receiver::new(rc, PolarityRegistry::standard()),
-            applier: SimApplier::default(),
+            applier: SimApplier::new(receiver_id.clone(), SimDecision::Apply),
             custodian_id,
             receiver_id,
             queue: BinaryHeap::new(),
             seq: 0,
+            seen: Seen::default(),
         }
     }
 
@@ -331,9 +426,11 @@ impl Pair {
         loop {
             let mut moved = false;
             if let Some(b) = self.custodian.poll_records() {
+                self.seen.custodian_commit(&self.custodian_id, &b.records);
                 self.custodian.handle_committed(b.token());
             }
             if let Some(b) = self.receiver.poll_records() {
+                self.seen.receiver_commit(&self.receiver_id, &b.records);
                 self.receiver.handle_committed(b.token());
             }
             while let Some(t) = self.custodian.poll_transmit() {
@@ -362,16 +459,34 @@ impl Pair {
         rng: &mut ChaCha8Rng,
     ) -> TransferResult {
         self.applier.decision = Some(decision);
+        self.applier.applied.clear();
+        self.seen = Seen::default();
         let id = ob.id().clone();
+        let offer = Offer {
+            custodian: self.custodian_id.clone(),
+            id: id.clone(),
+            admissible: matches!(
+                self.custodian.registry().classify(&ob).map(|c| c.admission),
+                Ok(Admission::Custody { .. })
+            ),
+            deadline_at: ob.deadline_at(),
+            max_retries: u64::from(ob.max_retries()),
+            sequence: ob.sequence(),
+        };
         let late_before = self.custodian.stats().late_acks;
         let mut now = start;
         let mut attempts = 0;
         if self.custodian.offer(now, ob).is_err() {
+            // Refused: no terminal, so the checker reports the loss (AB-1).
             return TransferResult {
                 outcome: None,
                 attempts: 0,
                 applications: 0,
                 late_ack: false,
+                trace: Trace {
+                    offers: vec![offer],
+                    ..Trace::default()
+                },
             };
         }
         attempts += self.pump(now, link, rng);
@@ -394,11 +509,47 @@ impl Pair {
             }
             attempts += self.pump(now, link, rng);
         }
-        TransferResult {
-            outcome: self.custodian.terminal(&id).map(|t| t.state),
+        let outcome = self.custodian.terminal(&id).map(|t| t.state);
+        let seen = std::mem::take(&mut self.seen);
+        let applier_applies = std::mem::take(&mut self.applier.applied);
+        let applications = applier_applies.iter().filter(|a| a.id == id).count();
+        let close = seen.closes.iter().find(|c| c.obligation_id == id);
+        let terminal = outcome.map(|state| Terminal {
+            custodian: self.custodian_id.clone(),
+            id: id.clone(),
+            outcome: match (state, close.map(|c| &c.outcome)) {
+                (TerminalState::Applied, _) => Outcome::Applied,
+                (TerminalState::Declined, Some(CustodyOutcome::Declined { reason, .. })) => {
+                    Outcome::Declined(*reason)
+                }
+                (TerminalState::Declined, _) => Outcome::Declined(None),
+                (TerminalState::Escalated, _) => Outcome::Escalated,
+                (TerminalState::BestEffort, _) => Outcome::BestEffort,
+            },
             attempts,
-            applications: self.applier.applied.get(&id).map_or(0, |a| a.0),
+            escalation: close.and_then(|c| c.escalation.as_ref().map(|e| e.guard)),
+            principal_writes: close.map(|c| c.principal.len()),
+        });
+        let ledger = self
+            .receiver
+            .ledger_outcome(&self.custodian_id, &id)
+            .map(|l| ((self.custodian_id.clone(), id.clone()), l));
+        let trace = Trace {
+            offers: vec![offer],
+            applier_applies,
+            applications: Some(seen.applications),
+            ledger: Some(ledger.into_iter().collect::<BTreeMap<_, _>>()),
+            terminals: terminal.into_iter().collect(),
+            probes: BTreeMap::new(),
+            principal_writes: seen.principal,
+            pending_at_end: Vec::new(),
+        };
+        TransferResult {
+            outcome,
+            attempts,
+            applications: u32::try_from(applications).unwrap_or(u32::MAX),
             late_ack: self.custodian.stats().late_acks > late_before,
+            trace,
         }
     }
 
@@ -440,6 +591,12 @@ pub fn transfer_rng(seed: u64, index: u64) -> ChaCha8Rng {
 /// Start instant of every transfer (virtual time).
 pub const SIM_EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
 
+/// `weight_delta` of every admissible (corrective) sweep obligation; a
+/// benign (reinforcing) one carries [`BENIGN_DELTA`].
+const CORRECTIVE_DELTA: f64 = -0.4;
+/// `weight_delta` of every benign sweep obligation.
+const BENIGN_DELTA: f64 = 0.25;
+
 /// Runs transfers `range` of a sweep; the union of disjoint ranges equals
 /// one run over their union.
 pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepReport {
@@ -462,65 +619,70 @@ pub fn run_sweep_range(cfg: &SweepConfig, range: std::ops::Range<u64>) -> SweepR
         } else {
             SimDecision::Decline
         };
-        let ob = sweep_obligation(cfg, i, benign);
-        let Ok(ob) = ob else {
-            report.violations.push(Violation {
-                transfer: i,
-                what: "could not build the obligation".into(),
-            });
-            continue;
+        let ob = match sweep_obligation(cfg, i, benign) {
+            Ok(ob) => ob,
+            Err(e) => {
+                report.violations.push(TransferViolation {
+                    transfer: i,
+                    violation: Violation {
+                        invariant: Invariant::Harness,
+                        obligation: None,
+                        detail: format!("could not build the obligation: {e}"),
+                    },
+                });
+                continue;
+            }
         };
-        let deadline_at = ob.deadline_at();
-        let max_attempts = 1 + ob.max_retries() as u64;
-        let id = ob.id().clone();
+        // Principal state around the offer: the fail-safe of a corrective
+        // Phala update is a down-weight by |delta|, clipped (AB-4, and
+        // declined ≠ applied).
+        let key = pair
+            .custodian
+            .registry()
+            .classify(&ob)
+            .ok()
+            .and_then(|c| c.key);
+        let before = key.as_ref().map(|k| pair.custodian.principal().weight(k));
+        let key_of = (pair.custodian_id.clone(), ob.id().clone());
         let r = pair.run_transfer(SIM_EPOCH, ob, &link, decision, &mut rng);
         report.transfers += 1;
         report.total_attempts += r.attempts;
         report.late_acks += u64::from(r.late_ack);
-        let mut violate = |what: String| report.violations.push(Violation { transfer: i, what });
-        if r.applications > 1 {
-            violate(format!("applied {} times", r.applications));
+        let mut trace = r.trace;
+        // AC-1 from the sweep's own intent, not the registry's verdict.
+        for o in &mut trace.offers {
+            o.admissible = !benign;
         }
-        if let Some((_, at)) = pair.applier.applied.get(&id) {
-            if *at >= deadline_at {
-                violate("applied at or after the deadline".into());
-            }
+        if let (false, Some(k), Some(before)) = (benign, &key, before) {
+            let range = pair.custodian.principal().weight_range();
+            trace.probes.insert(
+                key_of,
+                PrincipalProbe {
+                    before,
+                    after: pair.custodian.principal().weight(k),
+                    if_safe: range.clip(before - CORRECTIVE_DELTA.abs()),
+                },
+            );
         }
-        let ledger = pair.receiver.ledger_outcome(&pair.custodian_id, &id);
-        match (benign, r.outcome) {
-            (true, Some(TerminalState::BestEffort)) => {
-                if r.attempts != 1 {
-                    violate(format!("best-effort sent {} times", r.attempts));
-                }
-                report.best_effort += 1;
-            }
-            (true, other) => violate(format!("benign obligation ended {other:?}")),
-            (false, Some(TerminalState::Applied)) => {
-                if ledger != Some(LedgerOutcome::Applied) || r.applications != 1 {
-                    violate("custodian discharged applied but the receiver did not apply".into());
-                }
-                report.applied += 1;
-            }
-            (false, Some(TerminalState::Declined)) => {
-                if ledger != Some(LedgerOutcome::Declined) || r.applications != 0 {
-                    violate(
-                        "custodian discharged declined but the receiver did not decline".into(),
-                    );
-                }
-                report.declined += 1;
-            }
-            (false, Some(TerminalState::Escalated)) => {
+        report.violations.extend(
+            check(&trace)
+                .into_iter()
+                .map(|violation| TransferViolation {
+                    transfer: i,
+                    violation,
+                }),
+        );
+        match r.outcome {
+            Some(TerminalState::BestEffort) if benign => report.best_effort += 1,
+            Some(TerminalState::Applied) if !benign => report.applied += 1,
+            Some(TerminalState::Declined) if !benign => report.declined += 1,
+            Some(TerminalState::Escalated) if !benign => {
                 if r.applications == 1 {
                     report.spurious_escalations += 1;
                 }
                 report.escalated += 1;
             }
-            (false, other) => violate(format!(
-                "admissible obligation ended {other:?} (silent loss)"
-            )),
-        }
-        if !benign && r.attempts > max_attempts {
-            violate(format!("{} attempts exceed 1 + max_retries", r.attempts));
+            _ => {}
         }
         if let Some(o) = r.outcome {
             report.outcomes.push(o);
@@ -533,17 +695,17 @@ fn sweep_obligation(
     cfg: &SweepConfig,
     i: u64,
     benign: bool,
-) -> Result<Obligation, crate::FieldError> {
-    let payload = if benign {
-        json!({"weight_delta": 0.25, "weight_key": format!("w{i}")})
+) -> Result<Obligation, abhyasa_core::FieldError> {
+    let delta = if benign {
+        BENIGN_DELTA
     } else {
-        json!({"weight_delta": -0.4, "weight_key": format!("w{i}")})
+        CORRECTIVE_DELTA
     };
     Obligation::builder()
         .id(format!("bu-{i}"))
-        .kind(crate::polarity::PHALA_KIND)
+        .kind(PHALA_KIND)
         .target("receiver")
-        .payload(payload)
+        .payload(json!({"weight_delta": delta, "weight_key": format!("w{i}")}))
         .deadline_seconds(cfg.deadline_seconds)
         .max_retries(cfg.max_retries)
         .created_at(SIM_EPOCH)
