@@ -28,7 +28,10 @@ macro_rules! matrix {
                 mem_sim: Mem Sim, mem_redb: Mem Redb, mem_sled: Mem Sled,
                 quic_sim: Quic Sim, quic_redb: Quic Redb, quic_sled: Quic Sled,
                 ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled,
-                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres);
+                relayed_sim: Relayed Sim, relayed_redb: Relayed Redb, relayed_sled: Relayed Sled,
+                http_sim: Http Sim, http_redb: Http Redb, http_sled: Http Sled,
+                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres,
+                relayed_pg: Relayed Postgres, http_pg: Http Postgres);
         }
     )*};
     (@cells $scenario:ident; $($cell:ident: $net:ident $disk:ident),*) => {$(
