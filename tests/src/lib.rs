@@ -681,7 +681,14 @@ impl World {
     /// Stops alice and reopens her on her store: every pending transfer
     /// must resume from its durable record.
     pub async fn restart_alice(&mut self) -> Result<(), BoxError> {
+        self.restart_alice_after(Duration::ZERO).await
+    }
+
+    /// Stops alice, leaves her down for `down`, and reopens her on her
+    /// store (a custodian that was away across deadlines).
+    pub async fn restart_alice_after(&mut self, down: Duration) -> Result<(), BoxError> {
         self.alice.shutdown().await?;
+        tokio::time::sleep(down).await;
         let a = self.env.open_node(ALICE).await?;
         let old = std::mem::replace(&mut self.alice, a);
         drop(old);
