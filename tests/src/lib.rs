@@ -1,10 +1,14 @@
 //! # abhyasa-conformance
 //!
 //! One scenario body per conformance id (`shared/CONFORMANCE.md`), run
-//! through [`abhyasa::Node`] over every transport × every store: the
-//! in-memory network, QUIC (mutual TLS, pinned keys) and WebSocket (signed
-//! hello), each over SimStore, redb and sled. The scenarios live in
-//! `tests/conformance.rs`; this crate is the world they run in.
+//! through [`abhyasa::Node`] over every transport × every store
+//! ([`Net`] × [`Disk`]): the in-memory network, QUIC (mutual TLS, pinned
+//! keys), WebSocket (signed hello), store-and-forward through a relay
+//! daemon (sealed frames over QUIC, the relay's spool on redb) and the A2A
+//! HTTP binding (plain loopback, per-peer bearer credentials), each over
+//! SimStore, redb, sled and PostgreSQL (the last only with
+//! `ABHYASA_PG_URL`). The scenarios live in `tests/conformance.rs`; this
+//! crate is the world they run in.
 //!
 //! Faults are injected the same way on every transport, at the edge of a
 //! node: a [`Plug`] sits between a transport's `incoming` channel and the
@@ -15,7 +19,13 @@
 //!
 //! A [`World`] is two nodes: `alice` (custodian) and `bob` (receiver),
 //! each with a store that outlives it, so either can be stopped and
-//! reopened on the same records (a crash at a commit boundary).
+//! reopened on the same records (a crash at a commit boundary). A reopened
+//! node comes back where its peer looks for it: bob on the same QUIC,
+//! WebSocket or HTTP port, alice on the same HTTP port (bob's late acks go
+//! there), either with a fresh link to the same relay (which kept what it
+//! held). Bob's applier is scripted per obligation ([`SCRIPT`]: decline or
+//! defer), and alice holds one kind ([`SURFACE_KIND`]) under the
+//! "surface" decline policy.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,8 +1,13 @@
 //! The conformance suite (shared/CONFORMANCE.md) through the node, one
 //! body per id, each run over every transport × store:
-//! `{mem, quic, ws} × {sim, redb, sled, pg}` (the `pg` cells need
-//! `ABHYASA_PG_URL`, which `.ci/run` sets). A failure names its cell
-//! (`c_ab4_1_total_loss::quic_sled`).
+//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, pg}` (the `pg`
+//! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
+//! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
+//!
+//! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
+//! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
+//! C-SS-2, and C-TR-1 (the same bodies over every transport). Every body
+//! applies to every transport: none is skipped.
 //!
 //! ```sh
 //! cargo test -p abhyasa-conformance                 # every id, every cell
