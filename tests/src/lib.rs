@@ -1,10 +1,14 @@
 //! # abhyasa-conformance
 //!
 //! One scenario body per conformance id (`shared/CONFORMANCE.md`), run
-//! through [`abhyasa::Node`] over every transport × every store: the
-//! in-memory network, QUIC (mutual TLS, pinned keys) and WebSocket (signed
-//! hello), each over SimStore, redb and sled. The scenarios live in
-//! `tests/conformance.rs`; this crate is the world they run in.
+//! through [`abhyasa::Node`] over every transport × every store
+//! ([`Net`] × [`Disk`]): the in-memory network, QUIC (mutual TLS, pinned
+//! keys), WebSocket (signed hello), store-and-forward through a relay
+//! daemon (sealed frames over QUIC, the relay's spool on redb) and the A2A
+//! HTTP binding (plain loopback, per-peer bearer credentials), each over
+//! SimStore, redb, sled and PostgreSQL (the last only with
+//! `ABHYASA_PG_URL`). The scenarios live in `tests/conformance.rs`; this
+//! crate is the world they run in.
 //!
 //! Faults are injected the same way on every transport, at the edge of a
 //! node: a [`Plug`] sits between a transport's `incoming` channel and the
@@ -15,7 +19,13 @@
 //!
 //! A [`World`] is two nodes: `alice` (custodian) and `bob` (receiver),
 //! each with a store that outlives it, so either can be stopped and
-//! reopened on the same records (a crash at a commit boundary).
+//! reopened on the same records (a crash at a commit boundary). A reopened
+//! node comes back where its peer looks for it: bob on the same QUIC,
+//! WebSocket or HTTP port, alice on the same HTTP port (bob's late acks go
+//! there), either with a fresh link to the same relay (which kept what it
+//! held). Bob's applier is scripted per obligation ([`SCRIPT`]: decline or
+//! defer), and alice holds one kind ([`SURFACE_KIND`]) under the
+//! "surface" decline policy.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,13 +33,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use abhyasa::{Node, NodeOptions, Outcome};
-use abhyasa_core::custody::{CustodyProfile, LedgerOutcome, Record};
+use abhyasa_a2a::{HttpConfig, HttpPeer};
+use abhyasa_core::custody::{
+    Applier, ApplyContext, ApplyDecision, CustodyProfile, LedgerOutcome, Record, StandardApplier,
+};
 use abhyasa_core::store::SimStore;
 use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
 };
-use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
+use abhyasa_core::{
+    AgentId, DeclinePolicy, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff, Timestamp,
+};
 use abhyasa_quic::{generate_identity, Identity, QuicConfig};
+use abhyasa_spool::{RelayConfig, RelayHandle, RelayedConfig, SpoolLimits};
 use abhyasa_store::{StoreKind, StoreOptions};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::{Incoming, LinkConfig, Transport};
@@ -50,6 +66,17 @@ pub enum Net {
     Quic,
     /// `abhyasa-ws` on loopback.
     Ws,
+    /// Store-and-forward: each node dials only a relay daemon
+    /// (`abhyasa_spool::start`, QUIC on loopback, its spool in the world's
+    /// temporary directory) and reaches its peer through it, sealed
+    /// (`abhyasa_spool::relayed`). The relay outlives node restarts.
+    Relayed,
+    /// The A2A HTTP binding (`abhyasa_a2a::transport`), plain HTTP on
+    /// loopback with a per-peer bearer credential each way: alice POSTs
+    /// obligations to bob's `/abhyasa/obligations` and gets the ack in the
+    /// answer (or later at her `/abhyasa/custody_ack`). Both ports are
+    /// fixed for the world, so a restarted node is found where it was.
+    Http,
 }
 
 /// The stores a scenario runs over.
@@ -99,6 +126,8 @@ struct PlugState {
     drop: f64,
     duplicate: f64,
     cut: bool,
+    hold: bool,
+    held: Vec<Incoming>,
     rng: ChaCha8Rng,
     passed: u64,
     dropped: u64,
@@ -110,21 +139,44 @@ struct PlugState {
 /// `cut` drops every frame. Connection events always pass (the transport
 /// is up; only frames are lost), so custody sees loss, not a dead peer.
 /// Seeded: the same seed makes the same choices for the same frames.
+///
+/// `hold` delays instead of dropping: frames are kept, in order, until the
+/// hold is released, then delivered once each (a late ack, a redelivery
+/// that arrives past its deadline).
 #[derive(Debug, Clone)]
-pub struct Plug(Arc<Mutex<PlugState>>);
+pub struct Plug(Arc<Mutex<PlugState>>, Arc<tokio::sync::Notify>);
 
 impl Plug {
     /// A plug that passes everything, with a seed for later faults.
     pub fn new(seed: u64) -> Self {
-        Self(Arc::new(Mutex::new(PlugState {
-            drop: 0.0,
-            duplicate: 0.0,
-            cut: false,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            passed: 0,
-            dropped: 0,
-            duplicated: 0,
-        })))
+        Self(
+            Arc::new(Mutex::new(PlugState {
+                drop: 0.0,
+                duplicate: 0.0,
+                cut: false,
+                hold: false,
+                held: Vec::new(),
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                passed: 0,
+                dropped: 0,
+                duplicated: 0,
+            })),
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    /// Holds every frame from now on (`true`), or delivers what was held
+    /// and stops holding (`false`).
+    pub fn hold(&self, on: bool) {
+        lock(&self.0).hold = on;
+        if !on {
+            self.1.notify_one();
+        }
+    }
+
+    /// Frames held so far and not yet released.
+    pub fn held(&self) -> usize {
+        lock(&self.0).held.len()
     }
 
     /// Sets the drop and duplicate probabilities.
@@ -170,9 +222,32 @@ impl Plug {
         let (tx, rx) = mpsc::channel(1024);
         let plug = self.clone();
         tokio::spawn(async move {
-            while let Some(item) = incoming.recv().await {
+            loop {
+                let item = tokio::select! {
+                    item = incoming.recv() => match item {
+                        Some(item) => item,
+                        None => return,
+                    },
+                    () = plug.1.notified() => {
+                        let released = std::mem::take(&mut lock(&plug.0).held);
+                        for item in released {
+                            if tx.send(item).await.is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                };
                 let n = match &item {
-                    Incoming::Frame { .. } => plug.copies(),
+                    Incoming::Frame { .. } => {
+                        let mut s = lock(&plug.0);
+                        if s.hold {
+                            s.held.push(item);
+                            continue;
+                        }
+                        drop(s);
+                        plug.copies()
+                    }
                     _ => 1,
                 };
                 for _ in 0..n {
@@ -214,6 +289,42 @@ impl Store for SharedSim {
     }
 }
 
+/// The payload field a scenario sets to script bob's answer: `"decline"`
+/// (declined `policy`, detail [`DECLINE_DETAIL`]) or `"defer"` (deferred
+/// on every delivery). Without it bob applies as the standard applier.
+pub const SCRIPT: &str = "conformance";
+
+/// The detail of a scripted decline (the custodian must surface it).
+pub const DECLINE_DETAIL: &str = "scripted decline";
+
+/// Bob's applier: the standard one, unless the payload's [`SCRIPT`] field
+/// says to decline or to defer. The receiver consults it only for an
+/// obligation it has not decided yet, inside its deadline and not
+/// superseded: what the receiver guards before asking it (AB-3, C-DL-1,
+/// C-SS-2) stays the receiver's.
+#[derive(Debug, Default)]
+struct Scripted(StandardApplier);
+
+impl Applier for Scripted {
+    fn decide(&mut self, ctx: &ApplyContext<'_>, ob: &Obligation) -> ApplyDecision {
+        match ob.payload().get(SCRIPT).and_then(|v| v.as_str()) {
+            Some("decline") => ApplyDecision::Decline {
+                reason: DeclineReason::Policy,
+                detail: Some(DECLINE_DETAIL.into()),
+            },
+            Some("defer") => ApplyDecision::Defer {
+                detail: Some("scripted deferral".into()),
+            },
+            _ => self.0.decide(ctx, ob),
+        }
+    }
+}
+
+/// The kind alice holds under the "surface" decline policy (C-DC-2): a
+/// decline of it raises a decision item instead of applying `safe(O)`.
+/// Every other kind has the default policy (apply `safe(O)`).
+pub const SURFACE_KIND: &str = "oauth.token";
+
 /// The custody schedule of a world's custodian.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
@@ -239,6 +350,21 @@ impl Schedule {
 
 const ALICE: &str = "alice";
 const BOB: &str = "bob";
+const RELAY: &str = "relay-1";
+
+/// A loopback TCP port free at the time of asking (the HTTP cells fix
+/// both nodes' ports up front: each node's configuration names the
+/// other's endpoint, and a restart must come back on the same one).
+fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The bearer credential `who` presents on its POSTs (HTTP cells).
+fn token(who: &str) -> String {
+    format!("{who}-conformance-secret")
+}
 
 /// The agent id `s` (a valid literal).
 pub fn agent(s: &str) -> AgentId {
@@ -258,6 +384,12 @@ struct Env {
     sims: [SharedSim; 2],
     alice_plug: Plug,
     bob_plug: Plug,
+    /// The relay daemon of the [`Net::Relayed`] cells (it outlives both
+    /// nodes' restarts) and its identity.
+    relay: Option<RelayHandle>,
+    relay_id: Identity,
+    /// Alice's and bob's HTTP ports ([`Net::Http`]), fixed for the world.
+    http_ports: [u16; 2],
     /// This world's partitions' prefix on PostgreSQL: unique per world, so
     /// cells sharing the database never see each other's rows.
     pg_prefix: String,
@@ -266,15 +398,24 @@ struct Env {
 impl Env {
     fn options(&self, name: &str) -> NodeOptions {
         let mut o = NodeOptions::new(agent(name));
+        let backoff = RetryBackoff {
+            base: self.schedule.base,
+            cap: self.schedule.cap,
+            jitter: 0.1,
+        };
         o.custodian.default_profile = CustodyProfile {
-            backoff: RetryBackoff {
-                base: self.schedule.base,
-                cap: self.schedule.cap,
-                jitter: 0.1,
-            },
+            backoff,
             ..CustodyProfile::default()
         };
+        o.custodian.profiles.insert(
+            Kind::new(SURFACE_KIND).unwrap_or_else(|e| panic!("kind {SURFACE_KIND}: {e}")),
+            CustodyProfile {
+                backoff,
+                decline_policy: DeclinePolicy::Surface,
+            },
+        );
         o.receiver.skew_margin = Duration::from_millis(100);
+        o.applier = Box::new(Scripted::default());
         o
     }
 
@@ -338,8 +479,65 @@ impl Env {
                 )
                 .await?
             }
+            Net::Relayed => {
+                // Both nodes dial out to the relay; neither needs an address
+                // the other knows. A reopened node gets a fresh link to the
+                // same relay, which kept what it held for it.
+                let relay_addr = self
+                    .relay
+                    .as_ref()
+                    .and_then(RelayHandle::local_addr)
+                    .ok_or("the relay is not running")?;
+                let quic = abhyasa_quic::start(
+                    QuicConfig::new(agent(me), my_id.clone(), "127.0.0.1:0".parse()?)
+                        .with_peer(self.relay_id.pin(agent(RELAY)), Some(relay_addr)),
+                )
+                .await?;
+                let (t, _stats) = abhyasa_spool::relayed(
+                    quic,
+                    RelayedConfig::new(agent(RELAY), vec![peer_id.pin(agent(peer))], my_id),
+                );
+                t
+            }
+            Net::Http => {
+                let (mine, theirs) = if is_bob {
+                    (self.http_ports[1], self.http_ports[0])
+                } else {
+                    (self.http_ports[0], self.http_ports[1])
+                };
+                let base = format!("http://127.0.0.1:{theirs}");
+                let peer_cfg = HttpPeer {
+                    agent: agent(peer),
+                    token: Some(token(peer)),
+                    fingerprint: None,
+                    // Bob pushes late final acks to alice; alice POSTs
+                    // obligations to bob.
+                    custody_ack_endpoint: (is_bob).then(|| format!("{base}/abhyasa/custody_ack")),
+                    obligation_endpoint: (!is_bob).then(|| format!("{base}/abhyasa/obligations")),
+                    outbound_token: Some(token(me)),
+                };
+                // The card must advertise at least one kind; it restricts
+                // nothing the binding accepts.
+                let mut profiles = Vec::new();
+                for k in ["anumati.consent", SURFACE_KIND] {
+                    profiles.push(abhyasa_a2a::card::kind_profile(
+                        Kind::new(k)?,
+                        "",
+                        600,
+                        &RetryBackoff::DEFAULT,
+                    )?);
+                }
+                let mut cfg = HttpConfig::loopback(me, vec![peer_cfg], profiles);
+                cfg.listen = SocketAddr::from(([127, 0, 0, 1], mine));
+                // A request whose frame the plug dropped is answered 202
+                // after this; the custodian's retry is the redelivery.
+                cfg.sync_wait = Duration::from_millis(500);
+                cfg.client_timeout = Duration::from_secs(2);
+                let (t, _server) = abhyasa_a2a::start(agent(me), cfg).await?;
+                t
+            }
         };
-        if is_bob && self.backend.net != Net::Mem {
+        if is_bob && matches!(self.backend.net, Net::Quic | Net::Ws) {
             self.bob_addr = t.handle.local_addr();
         }
         let plug = if is_bob {
@@ -400,17 +598,45 @@ impl World {
     /// to bob.
     pub async fn new(backend: Backend, schedule: Schedule) -> Result<World, BoxError> {
         let (alice_plug, bob_plug) = (Plug::new(11), Plug::new(13));
+        let dir = tempfile::tempdir()?;
+        let alice_id = generate_identity(&agent(ALICE))?;
+        let bob_id = generate_identity(&agent(BOB))?;
+        let relay_id = generate_identity(&agent(RELAY))?;
+        let relay = match backend.net {
+            Net::Relayed => {
+                let quic = QuicConfig::new(agent(RELAY), relay_id.clone(), "127.0.0.1:0".parse()?)
+                    .with_peer(alice_id.pin(agent(ALICE)), None)
+                    .with_peer(bob_id.pin(agent(BOB)), None);
+                Some(
+                    abhyasa_spool::start(RelayConfig {
+                        quic,
+                        spool_path: dir.path().join("spool.redb"),
+                        limits: SpoolLimits::default(),
+                        status_path: None,
+                    })
+                    .await?,
+                )
+            }
+            _ => None,
+        };
+        let http_ports = match backend.net {
+            Net::Http => [free_port()?, free_port()?],
+            _ => [0, 0],
+        };
         let mut env = Env {
             backend,
             schedule,
-            dir: tempfile::tempdir()?,
+            dir,
             mem: MemNetwork::new(7),
-            alice_id: generate_identity(&agent(ALICE))?,
-            bob_id: generate_identity(&agent(BOB))?,
+            alice_id,
+            bob_id,
             bob_addr: None,
             sims: [SharedSim::default(), SharedSim::default()],
             alice_plug: alice_plug.clone(),
             bob_plug: bob_plug.clone(),
+            relay,
+            relay_id,
+            http_ports,
             pg_prefix: unique_prefix(),
         };
         let bob = env.open_node(BOB).await?;
@@ -465,7 +691,14 @@ impl World {
     /// Stops alice and reopens her on her store: every pending transfer
     /// must resume from its durable record.
     pub async fn restart_alice(&mut self) -> Result<(), BoxError> {
+        self.restart_alice_after(Duration::ZERO).await
+    }
+
+    /// Stops alice, leaves her down for `down`, and reopens her on her
+    /// store (a custodian that was away across deadlines).
+    pub async fn restart_alice_after(&mut self, down: Duration) -> Result<(), BoxError> {
         self.alice.shutdown().await?;
+        tokio::time::sleep(down).await;
         let a = self.env.open_node(ALICE).await?;
         let old = std::mem::replace(&mut self.alice, a);
         drop(old);
@@ -495,6 +728,28 @@ impl World {
         b.build().unwrap_or_else(|e| panic!("obligation {id}: {e}"))
     }
 
+    /// An obligation of `kind` with `payload` from alice to bob, custody
+    /// sized like [`World::revoke`] (admissible or not: the registry
+    /// decides).
+    pub fn obligation(
+        &self,
+        id: &str,
+        kind: &str,
+        payload: serde_json::Value,
+        deadline_s: i64,
+    ) -> Obligation {
+        Obligation::builder()
+            .id(id)
+            .kind(kind)
+            .target(BOB)
+            .payload(payload)
+            .deadline_seconds(deadline_s)
+            .max_retries(abhyasa_core::min_retries_to_span(deadline_s as u64, 0.05, 0.2) as i64 + 2)
+            .created_at(self.alice.now())
+            .build()
+            .unwrap_or_else(|e| panic!("obligation {id}: {e}"))
+    }
+
     /// Alice's terminal outcome for `id`, waiting at most `within`.
     pub async fn outcome(&self, id: &ObligationId, within: Duration) -> Outcome {
         match tokio::time::timeout(within, self.alice.outcome(id)).await {
@@ -522,10 +777,30 @@ impl World {
         v
     }
 
-    /// Shuts both nodes down.
+    /// Bob's durable ledger entry for `id`: outcome and decline reason.
+    pub async fn bob_entry(
+        &self,
+        id: &ObligationId,
+    ) -> Option<(LedgerOutcome, Option<DeclineReason>)> {
+        let st = self
+            .bob()
+            .durable_state()
+            .await
+            .unwrap_or_else(|e| panic!("bob's durable state: {e}"));
+        st.receiver
+            .ledger
+            .values()
+            .find(|r| r.obligation_id == *id)
+            .map(|r| (r.outcome, r.reason))
+    }
+
+    /// Shuts both nodes down (and the relay, if any).
     pub async fn close(mut self) -> Result<(), BoxError> {
         self.stop_bob().await?;
         self.alice.shutdown().await?;
+        if let Some(r) = self.env.relay.take() {
+            r.shutdown().await;
+        }
         Ok(())
     }
 }

@@ -1,8 +1,13 @@
 //! The conformance suite (shared/CONFORMANCE.md) through the node, one
 //! body per id, each run over every transport × store:
-//! `{mem, quic, ws} × {sim, redb, sled, pg}` (the `pg` cells need
-//! `ABHYASA_PG_URL`, which `.ci/run` sets). A failure names its cell
-//! (`c_ab4_1_total_loss::quic_sled`).
+//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, pg}` (the `pg`
+//! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
+//! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
+//!
+//! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
+//! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
+//! C-SS-2, and C-TR-1 (the same bodies over every transport). Every body
+//! applies to every transport: none is skipped.
 //!
 //! ```sh
 //! cargo test -p abhyasa-conformance                 # every id, every cell
@@ -14,10 +19,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use abhyasa_conformance::{Backend, Schedule, World};
-use abhyasa_core::custody::{LedgerOutcome, TerminalState};
+use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
+use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
-use abhyasa_core::{DeclineReason, EscalationCause};
+use abhyasa_core::{AckStatus, DeclineReason, EscalationCause};
 
 /// One `#[tokio::test]` per cell of the matrix for each scenario.
 macro_rules! matrix {
@@ -28,7 +33,10 @@ macro_rules! matrix {
                 mem_sim: Mem Sim, mem_redb: Mem Redb, mem_sled: Mem Sled,
                 quic_sim: Quic Sim, quic_redb: Quic Redb, quic_sled: Quic Sled,
                 ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled,
-                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres);
+                relayed_sim: Relayed Sim, relayed_redb: Relayed Redb, relayed_sled: Relayed Sled,
+                http_sim: Http Sim, http_redb: Http Redb, http_sled: Http Sled,
+                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres,
+                relayed_pg: Relayed Postgres, http_pg: Http Postgres);
         }
     )*};
     (@cells $scenario:ident; $($cell:ident: $net:ident $disk:ident),*) => {$(
@@ -51,6 +59,11 @@ matrix!(
     c_ab2_3_custodian_restart_mid_retry,
     c_ab3_3_receiver_restart_before_ack,
     c_ss2_c_dc1_superseded_is_declined,
+    c_ab4_3_recovery_into_dead_link,
+    c_ac_1_unknown_kind_is_best_effort,
+    c_dc_2_decline_policies,
+    c_ab4_2_c_dl_1_deferral_then_expiry,
+    c_ab4_4_late_applied_after_escalation,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -358,6 +371,287 @@ async fn c_ss2_c_dc1_superseded_is_declined(b: Backend) {
         w.alice.metrics().await.unwrap().attempts_sent,
         2,
         "{b:?}: no retry after a decline"
+    );
+    w.close().await.unwrap();
+}
+
+/// The principal-side authorization alice holds on the key naming
+/// `needle`, if any (later writes win).
+fn authorization(st: &abhyasa_core::store::DurableState, needle: &str) -> Option<Authorization> {
+    st.custodian.principal.iter().rev().find_map(|w| match w {
+        PrincipalWrite::Authorization { key, entry } if key.to_string().contains(needle) => {
+            Some(entry.state)
+        }
+        _ => None,
+    })
+}
+
+/// C-AB4-3: the custodian is down across the deadline of a transfer it
+/// holds and comes back into a link that is still dead. The recovered
+/// transfer keeps its absolute deadline, so it escalates at once (cause
+/// `unreachable`, exactly one record, `safe(O)` applied principal-side),
+/// with no attempt after the deadline; the receiver never saw it.
+async fn c_ab4_3_recovery_into_dead_link(b: Backend) {
+    let mut w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let ob = w.revoke("dead-restart", "files.write", 2, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    until("a lost attempt", b, || async { w.bob_plug.counts().1 >= 1 }).await;
+    // Down until well past the deadline (2 s).
+    w.restart_alice_after(Duration::from_millis(2_500))
+        .await
+        .unwrap();
+    let o = w.outcome(ob.id(), Duration::from_secs(5)).await;
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}: {o:?}");
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(esc.cause, EscalationCause::Unreachable, "{b:?}");
+    assert_eq!(
+        esc.deadline_at,
+        ob.deadline_at(),
+        "{b:?}: the original deadline, not a fresh window"
+    );
+    let st = w.alice.durable_state().await.unwrap();
+    assert_eq!(
+        st.custodian
+            .escalations
+            .iter()
+            .filter(|e| e.obligation_id == *ob.id())
+            .count(),
+        1,
+        "{b:?}: exactly one escalation across the restart"
+    );
+    assert_eq!(
+        authorization(&st, "files.write"),
+        Some(Authorization::Withheld),
+        "{b:?}: the fail-safe was applied: {:?}",
+        st.custodian.principal
+    );
+    // The reopened node's counters start at zero: it made no attempt.
+    // (It may ask bob what became of the transfer: a status query is not
+    // an attempt, so frames at bob's edge are not counted here.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(
+        m.attempts_sent, 0,
+        "{b:?}: no attempt after the deadline: {m:?}"
+    );
+    assert!(w.bob_ledger().await.is_empty(), "{b:?}");
+    w.close().await.unwrap();
+}
+
+/// C-AC-1: an obligation of a kind the registry does not know is not
+/// admissible: alice sends it once, best-effort, takes no custody and
+/// never escalates, even on a dead link and past its deadline.
+async fn c_ac_1_unknown_kind_is_best_effort(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let ob = w.obligation("unknown", "acme.custom", serde_json::json!({"x": 1}), 1);
+    let offered = w.alice.offer(ob.clone()).await.unwrap();
+    assert_eq!(offered, Offered::BestEffort, "{b:?}");
+    // Past the deadline (1 s) by many retry periods of the FAST schedule.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(m.best_effort, 1, "{b:?}: {m:?}");
+    assert_eq!(m.attempts_sent, 0, "{b:?}: no custody attempt: {m:?}");
+    assert_eq!(m.escalated, 0, "{b:?}: no escalation: {m:?}");
+    assert_eq!(w.bob_plug.counts().1, 1, "{b:?}: sent once, never retried");
+    let st = w.alice.durable_state().await.unwrap();
+    assert!(st.custodian.pending.is_empty(), "{b:?}: no custody");
+    assert!(st.custodian.escalations.is_empty(), "{b:?}");
+    w.close().await.unwrap();
+}
+
+/// C-DC-1, C-DC-2: bob declines (`policy`, with a detail). Under the
+/// default policy alice applies `safe(O)` (the scope withheld); under the
+/// "surface" policy (oauth.token here) she applies nothing and records a
+/// decision item with the receiver's reason and detail. Neither retries
+/// or escalates.
+async fn c_dc_2_decline_policies(b: Backend) {
+    let w = World::new(b, Schedule::PATIENT).await.unwrap();
+    let def = w.obligation(
+        "decline-default",
+        "anumati.consent",
+        serde_json::json!({"decision": "revoke", "scope": "drive.read", SCRIPT: "decline"}),
+        30,
+    );
+    let sur = w.obligation(
+        "decline-surface",
+        SURFACE_KIND,
+        serde_json::json!({"action": "revoke", "token_id": "tok-7", SCRIPT: "decline"}),
+        30,
+    );
+    w.alice.offer(def.clone()).await.unwrap();
+    w.alice.offer(sur.clone()).await.unwrap();
+    for ob in [&def, &sur] {
+        let o = w.outcome(ob.id(), WAIT).await;
+        assert_eq!(o.state, TerminalState::Declined, "{b:?}: {o:?}");
+        assert_eq!(o.reason, Some(DeclineReason::Policy), "{b:?}");
+    }
+    let st = w.alice.durable_state().await.unwrap();
+    assert_eq!(
+        authorization(&st, "drive.read"),
+        Some(Authorization::Withheld),
+        "{b:?}: default policy applied safe(O): {:?}",
+        st.custodian.principal
+    );
+    assert_ne!(
+        authorization(&st, "tok-7"),
+        Some(Authorization::Withheld),
+        "{b:?}: surface policy applied no fail-safe"
+    );
+    let items = st.decisions();
+    let item = items
+        .iter()
+        .find(|i| i.obligation_id == *sur.id())
+        .unwrap_or_else(|| panic!("{b:?}: a decision item for the surfaced decline: {items:?}"));
+    assert_eq!(item.reason, DeclineReason::Policy, "{b:?}");
+    assert_eq!(item.detail.as_deref(), Some(DECLINE_DETAIL), "{b:?}");
+    assert!(
+        !items.iter().any(|i| i.obligation_id == *def.id()),
+        "{b:?}: the default policy raises no decision"
+    );
+    assert!(st.custodian.escalations.is_empty(), "{b:?}");
+    assert_eq!(
+        w.alice.metrics().await.unwrap().attempts_sent,
+        2,
+        "{b:?}: one attempt each"
+    );
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        0,
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB4-2, C-DL-1: bob defers on every delivery. Alice keeps her
+/// schedule (the deferral neither resets backoff nor extends the
+/// deadline) and escalates at the deadline with cause "responsive but
+/// deferring", fail-safe applied. A redelivery held back until past the
+/// deadline (plus skew) then reaches bob: he declines it `expired`,
+/// although he deferred it before, and never applies it.
+async fn c_ab4_2_c_dl_1_deferral_then_expiry(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    let ob = w.obligation(
+        "deferring",
+        "anumati.consent",
+        serde_json::json!({"decision": "revoke", "scope": "chat.send", SCRIPT: "defer"}),
+        2,
+    );
+    let offered_at = w.alice.now();
+    w.alice.offer(ob.clone()).await.unwrap();
+    until("bob deferred it", b, || async {
+        matches!(
+            w.bob_entry(ob.id()).await,
+            Some((LedgerOutcome::Deferred, _))
+        )
+    })
+    .await;
+    // Let a few deferred redeliveries through, then hold the rest back.
+    until("redeliveries", b, || async { w.bob_plug.counts().0 >= 3 }).await;
+    w.bob_plug.hold(true);
+    let o = w.outcome(ob.id(), WAIT).await;
+    let closed_after = w.alice.now().saturating_duration_since(offered_at);
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}: {o:?}");
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(
+        esc.cause,
+        EscalationCause::ResponsiveButDeferring,
+        "{b:?}: {esc:?}"
+    );
+    assert!(
+        closed_after >= Duration::from_millis(1_900) && closed_after < Duration::from_secs(6),
+        "{b:?}: escalated at the deadline, not extended: {closed_after:?}"
+    );
+    // FAST: 50 ms doubling to a 200 ms cap over 2 s is about a dozen
+    // attempts; had each deferral reset the backoff to base, far more.
+    assert!(
+        (3..=25).contains(&esc.attempts),
+        "{b:?}: the schedule went on as if no deferral: {esc:?}"
+    );
+    let st = w.alice.durable_state().await.unwrap();
+    assert_eq!(
+        authorization(&st, "chat.send"),
+        Some(Authorization::Withheld),
+        "{b:?}"
+    );
+    // C-DL-1: what was held back arrives past the deadline and its skew.
+    assert!(w.bob_plug.held() >= 1, "{b:?}: a redelivery was held");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w.bob_plug.hold(false);
+    until("bob declined it expired", b, || async {
+        w.bob_entry(ob.id()).await == Some((LedgerOutcome::Declined, Some(DeclineReason::Expired)))
+    })
+    .await;
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        0,
+        "{b:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB4-4: every ack bob sends is held back until alice has escalated
+/// at the deadline; then they arrive. The late `applied` is recorded once
+/// for reconciliation and the terminal state stays escalated.
+async fn c_ab4_4_late_applied_after_escalation(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.alice_plug.hold(true);
+    let ob = w.revoke("late", "photos.read", 2, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    until("bob applied it", b, || async {
+        matches!(
+            w.bob_entry(ob.id()).await,
+            Some((LedgerOutcome::Applied, _))
+        )
+    })
+    .await;
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}: {o:?}");
+    assert!(w.alice_plug.held() >= 1, "{b:?}: acks were held");
+    w.alice_plug.hold(false);
+    until("the late ack recorded", b, || async {
+        !w.alice
+            .durable_state()
+            .await
+            .unwrap()
+            .custodian
+            .reconciliations
+            .is_empty()
+    })
+    .await;
+    // Every held ack is in now; give any stragglers a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let st = w.alice.durable_state().await.unwrap();
+    let late: Vec<_> = st
+        .custodian
+        .reconciliations
+        .iter()
+        .filter(|r| r.obligation_id == *ob.id())
+        .collect();
+    assert_eq!(late.len(), 1, "{b:?}: recorded once: {late:?}");
+    assert_eq!(late[0].status, AckStatus::Applied, "{b:?}");
+    assert_eq!(
+        w.outcome(ob.id(), WAIT).await.state,
+        TerminalState::Escalated,
+        "{b:?}: the terminal state is unchanged"
+    );
+    assert_eq!(
+        st.custodian
+            .escalations
+            .iter()
+            .filter(|e| e.obligation_id == *ob.id())
+            .count(),
+        1,
+        "{b:?}"
+    );
+    assert_eq!(w.alice.metrics().await.unwrap().late_acks, 1, "{b:?}");
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}"
     );
     w.close().await.unwrap();
 }
