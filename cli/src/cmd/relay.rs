@@ -211,7 +211,8 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     limits.total_frames = file.total_frames;
     limits.total_bytes = file.total_bytes;
     let relay = abhyasa_spool::start(RelayConfig {
-        quic,
+        quic: Some(quic),
+        ws: None,
         spool_path: a.dir.join("spool.redb"),
         limits,
         status_path: Some(a.dir.join("status.json")),
