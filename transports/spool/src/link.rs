@@ -381,7 +381,7 @@ impl LinkTask {
     async fn handle(&mut self, item: Incoming) -> Result<(), mpsc::error::SendError<Incoming>> {
         match item {
             Incoming::Frame { peer, envelope } => match self.index(&peer) {
-                Some(i) => self.from_relay(i, peer, envelope).await?,
+                Some(i) => self.handle_relay_frame(i, peer, envelope).await?,
                 None => self.tx.send(Incoming::Frame { peer, envelope }).await?,
             },
             Incoming::Connected(peer) => {
@@ -413,7 +413,7 @@ impl LinkTask {
     }
 
     /// A frame from relay `i`.
-    async fn from_relay(
+    async fn handle_relay_frame(
         &mut self,
         i: usize,
         peer: AgentId,

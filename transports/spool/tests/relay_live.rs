@@ -88,12 +88,15 @@ enum Dial {
     Ws(SocketAddr),
 }
 
+/// A named agent and its identity.
+type Named<'a> = (&'a str, &'a Identity);
+
+/// One relay a node uses: its name and identity, how to dial it, and the
+/// peers reached through it.
+type Via<'a> = (&'a str, &'a Identity, Dial, Vec<Named<'a>>);
+
 /// A node `me` that reaches each relay's peers only through that relay.
-async fn node(
-    dir: &Path,
-    me: (&str, &Identity),
-    relays: Vec<(&str, &Identity, Dial, Vec<(&str, &Identity)>)>,
-) -> Node {
+async fn node(dir: &Path, me: Named<'_>, relays: Vec<Via<'_>>) -> Node {
     let mut q = QuicConfig::new(agent(me.0), me.1.clone(), "127.0.0.1:0".parse().unwrap());
     q.link = fast_link();
     let mut w = WsConfig::new(agent(me.0), me.1.clone(), None);
