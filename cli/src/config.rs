@@ -45,7 +45,7 @@
 //! [[peers]]                       # a peer reached over the HTTP binding
 //! agent = "carol"
 //! fingerprint = "9a…"             # pinned for mTLS, both directions
-//! transport = "http"              # "quic" (default) or "http"; needs [http]
+//! transport = "http"              # "quic" (default), "ws" or "http"; "http" needs [http]
 //! url = "https://192.0.2.8:7443"  # carol's base URL (…/abhyasa/obligations, …/custody_ack)
 //! token = "…"                     # optional: a bearer credential carol may present instead of mTLS
 //! via = "relay-1"                 # optional: also reach carol through this relay peer
