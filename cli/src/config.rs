@@ -45,11 +45,20 @@
 //! [[peers]]                       # a peer reached over the HTTP binding
 //! agent = "carol"
 //! fingerprint = "9a…"             # pinned for mTLS, both directions
-//! transport = "http"              # "quic" (default) or "http"; needs [http]
+//! transport = "http"              # "quic" (default), "ws" or "http"; "http" needs [http]
 //! url = "https://192.0.2.8:7443"  # carol's base URL (…/abhyasa/obligations, …/custody_ack)
 //! token = "…"                     # optional: a bearer credential carol may present instead of mTLS
-//! via = "relay-1"                 # optional: also reach bob through this relay peer
+//! via = "relay-1"                 # optional: also reach carol through this relay peer
+//!
+//! [[peers]]                       # a peer (here a relay) reached over WebSocket
+//! agent = "relay-2"
+//! fingerprint = "5c…"
+//! transport = "ws"                # dial ws://… (this node only dials WebSocket; it listens on QUIC)
+//! url = "ws://192.0.2.9:7501/"
 //! ```
+//!
+//! Each `via` names a `[[peers]]` entry reached directly (QUIC or
+//! WebSocket); different peers may name different relays.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -212,6 +221,8 @@ pub(crate) struct Peer {
     /// Reached over the HTTP binding at this base URL (no trailing slash)
     /// instead of QUIC.
     pub(crate) http_url: Option<String>,
+    /// Dialled over WebSocket at this `ws://` URL instead of QUIC.
+    pub(crate) ws_url: Option<String>,
     /// A bearer credential the peer may present over HTTP instead of mTLS.
     pub(crate) token: Option<String>,
     /// The relay peer this one is (also) reached through.
@@ -402,12 +413,15 @@ impl NodeConfig {
                         .map_err(|e| bad(&key("addr"), format!("{a:?}: {e}")))
                 })
                 .transpose()?;
-            let http_url = match p.transport.as_deref() {
+            let (http_url, ws_url) = match p.transport.as_deref() {
                 None | Some("quic") => {
                     if p.url.is_some() {
-                        return Err(bad(&key("url"), "only for transport = \"http\"".into()));
+                        return Err(bad(
+                            &key("url"),
+                            "only for transport = \"http\" or \"ws\"".into(),
+                        ));
                     }
-                    None
+                    (None, None)
                 }
                 Some("http") => {
                     let url = p.url.as_deref().ok_or_else(|| {
@@ -428,12 +442,30 @@ impl NodeConfig {
                             "\"http\" needs an [http] section (this node serves the binding to get acks)".into(),
                         ));
                     }
-                    Some(url.trim_end_matches('/').to_string())
+                    (Some(url.trim_end_matches('/').to_string()), None)
+                }
+                Some("ws") => {
+                    let url = p.url.as_deref().ok_or_else(|| {
+                        bad(
+                            &key("url"),
+                            "transport = \"ws\" needs the peer's ws:// URL".into(),
+                        )
+                    })?;
+                    if !url.starts_with("ws://") {
+                        return Err(bad(&key("url"), format!("{url:?} is not a ws:// URL")));
+                    }
+                    if p.addr.is_some() {
+                        return Err(bad(
+                            &key("addr"),
+                            "a QUIC address on a ws peer; use url".into(),
+                        ));
+                    }
+                    (None, Some(url.to_string()))
                 }
                 Some(other) => {
                     return Err(bad(
                         &key("transport"),
-                        format!("{other:?} is not a transport (quic | http)"),
+                        format!("{other:?} is not a transport (quic | ws | http)"),
                     ))
                 }
             };
@@ -454,13 +486,14 @@ impl NodeConfig {
             if via.is_some() && http_url.is_some() {
                 return Err(bad(
                     &key("via"),
-                    "a relay carries QUIC peers, not http ones".into(),
+                    "a relay carries QUIC and WebSocket peers, not http ones".into(),
                 ));
             }
             peers.push(Peer {
                 pin: PeerPin { agent, fingerprint },
                 addr,
                 http_url,
+                ws_url,
                 token: p.token.clone(),
                 via,
             });
@@ -503,19 +536,17 @@ impl NodeConfig {
             }
         };
         // A relay named by `via` must itself be a pinned peer reached
-        // directly; one relay per node (one relayed link).
-        let relays: std::collections::BTreeSet<&AgentId> =
-            peers.iter().filter_map(|p| p.via.as_ref()).collect();
-        if relays.len() > 1 {
-            return Err(bad("peers.via", "at most one relay per node".into()));
-        }
+        // directly over QUIC or WebSocket (it carries sealed binary
+        // frames). Each peer names its own; a node may use several relays.
         for (i, p) in peers.iter().enumerate() {
             if let Some(v) = &p.via {
                 let relay = peers.iter().find(|q| &q.pin.agent == v);
-                if relay.is_none_or(|r| r.via.is_some() || r.pin.agent == p.pin.agent) {
+                if relay.is_none_or(|r| {
+                    r.via.is_some() || r.http_url.is_some() || r.pin.agent == p.pin.agent
+                }) {
                     return Err(bad(
                         &format!("peers[{i}].via"),
-                        format!("{v} is not a [[peers]] entry reached directly"),
+                        format!("{v} is not a [[peers]] entry reached directly (quic or ws)"),
                     ));
                 }
             }
@@ -690,6 +721,64 @@ mod tests {
             .resolve(dir)
             .expect_err("bad store");
         assert!(e.contains("`store`"), "{e}");
+    }
+
+    // Several relays per node: each `[[peers]]` entry names its own `via`,
+    // a relay may be reached over WebSocket, and every `via` must name a
+    // peer reached directly over QUIC or WebSocket.
+    #[test]
+    fn relays_per_peer_and_websocket_peers() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/tmp");
+        let fp = |n: u8| format!("{n:02x}").repeat(32);
+        let load = |extra: &str| {
+            NodeConfig::parse(&format!("agent = \"a\"\n{extra}"), p).and_then(|c| c.resolve(dir))
+        };
+        let two = format!(
+            "[[peers]]\nagent = \"relay-1\"\nfingerprint = \"{}\"\naddr = \"127.0.0.1:7500\"\n\
+             [[peers]]\nagent = \"relay-2\"\nfingerprint = \"{}\"\ntransport = \"ws\"\nurl = \"ws://127.0.0.1:7501/\"\n\
+             [[peers]]\nagent = \"edge-a\"\nfingerprint = \"{}\"\nvia = \"relay-1\"\n\
+             [[peers]]\nagent = \"edge-b\"\nfingerprint = \"{}\"\nvia = \"relay-2\"\n",
+            fp(1),
+            fp(2),
+            fp(3),
+            fp(4)
+        );
+        let c = load(&two).expect("two relays, one over WebSocket");
+        let via: Vec<Option<&str>> = c
+            .peers
+            .iter()
+            .map(|p| p.via.as_ref().map(AgentId::as_str))
+            .collect();
+        assert_eq!(via, [None, None, Some("relay-1"), Some("relay-2")]);
+        assert_eq!(c.peers[1].ws_url.as_deref(), Some("ws://127.0.0.1:7501/"));
+        assert!(c.peers[1].addr.is_none() && c.peers[1].http_url.is_none());
+        // Each mistake names its key.
+        let relay_http = format!(
+            "[http]\nlisten = \"127.0.0.1:7443\"\n\
+             [[peers]]\nagent = \"relay-1\"\nfingerprint = \"{}\"\ntransport = \"http\"\nurl = \"https://x\"\n\
+             [[peers]]\nagent = \"edge\"\nfingerprint = \"{}\"\nvia = \"relay-1\"\n",
+            fp(1),
+            fp(3)
+        );
+        let chained = format!(
+            "[[peers]]\nagent = \"relay-1\"\nfingerprint = \"{}\"\nvia = \"relay-2\"\n\
+             [[peers]]\nagent = \"relay-2\"\nfingerprint = \"{}\"\naddr = \"127.0.0.1:1\"\n\
+             [[peers]]\nagent = \"edge\"\nfingerprint = \"{}\"\nvia = \"relay-1\"\n",
+            fp(1),
+            fp(2),
+            fp(3)
+        );
+        for (extra, key) in [
+            (relay_http, "peers[1].via"),
+            (chained, "peers[2].via"),
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{}\"\ntransport = \"ws\"\n", fp(1)), "peers[0].url"),
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{}\"\ntransport = \"ws\"\nurl = \"http://x\"\n", fp(1)), "peers[0].url"),
+            (format!("[[peers]]\nagent = \"b\"\nfingerprint = \"{}\"\ntransport = \"ws\"\nurl = \"ws://x/\"\naddr = \"127.0.0.1:1\"\n", fp(1)), "peers[0].addr"),
+        ] {
+            let e = load(&extra).expect_err(key);
+            assert!(e.contains(key), "{key}: {e}");
+        }
     }
 
     #[test]

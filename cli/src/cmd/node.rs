@@ -116,29 +116,50 @@ async fn serve(a: RunArgs) -> Result<(), String> {
             .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?,
     };
 
-    // QUIC for the peers it pins; the HTTP binding (when `[http]` is set)
-    // for `transport = "http"` peers, both routed by peer as one transport.
+    // QUIC for the peers it pins; WebSocket (dial only) for `transport =
+    // "ws"` peers; the HTTP binding (when `[http]` is set) for `transport =
+    // "http"` peers, all routed by peer as one transport.
     let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity.clone(), cfg.listen);
-    for p in cfg.peers.iter().filter(|p| p.http_url.is_none()) {
+    for p in cfg
+        .peers
+        .iter()
+        .filter(|p| p.http_url.is_none() && p.ws_url.is_none())
+    {
         qcfg = qcfg.with_peer(p.pin.clone(), p.addr);
     }
     let quic = abhyasa_quic::start(qcfg)
         .await
         .map_err(|e| format!("QUIC transport on {}: {e}", cfg.listen))?;
-    // Peers with `via` are (also) reached sealed through their relay.
-    let quic = super::relay::relayed_link(&cfg, &identity, quic);
     let listen = quic.handle.local_addr();
-    let transport = match &cfg.http {
-        None => quic,
-        Some(h) => {
-            let http = start_http(&cfg, h, identity).await?;
-            abhyasa_transport::routed::compose(
-                vec![quic, http],
-                abhyasa_transport::LinkConfig::default().incoming_queue,
-            )
-            .map_err(|e| format!("transports: {e}"))?
+    let mut parts = vec![quic];
+    let ws_peers: Vec<_> = cfg.peers.iter().filter(|p| p.ws_url.is_some()).collect();
+    if !ws_peers.is_empty() {
+        let mut wcfg = abhyasa_ws::WsConfig::new(cfg.agent.clone(), identity.clone(), None);
+        for p in ws_peers {
+            wcfg = wcfg.with_peer(p.pin.clone(), p.ws_url.clone());
         }
+        parts.push(
+            abhyasa_ws::start(wcfg)
+                .await
+                .map_err(|e| format!("WebSocket transport: {e}"))?,
+        );
+    }
+    if let Some(h) = &cfg.http {
+        parts.push(start_http(&cfg, h, identity.clone()).await?);
+    }
+    let transport = if parts.len() == 1 {
+        parts.pop().ok_or("no transport")?
+    } else {
+        abhyasa_transport::routed::compose(
+            parts,
+            abhyasa_transport::LinkConfig::default().incoming_queue,
+        )
+        .map_err(|e| format!("transports: {e}"))?
     };
+    // Peers with `via` are (also) reached sealed through their relays,
+    // whichever transport reaches the relay (the wrapper sits on the
+    // composed transport, so it sends to a relay on any part).
+    let transport = super::relay::relayed_link(&cfg, &identity, transport);
 
     let node = Node::open(options, store, transport)
         .await

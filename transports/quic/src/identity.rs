@@ -389,4 +389,48 @@ impl PinSet {
     pub fn agents(&self) -> impl Iterator<Item = &AgentId> {
         self.by_agent.keys()
     }
+
+    /// Whether `pin` could be added for node `local` (the checks of
+    /// [`new`](Self::new)): `Ok(true)` if new, `Ok(false)` if the agent is
+    /// already pinned to this fingerprint, an error if the agent is pinned
+    /// to another one ([`PinError::DuplicateAgent`]: remove the old pin
+    /// first, a key rotation is a deliberate act), the fingerprint to
+    /// another agent, or the pin names `local`.
+    pub fn check(&self, local: &AgentId, pin: &PeerPin) -> Result<bool, PinError> {
+        if &pin.agent == local {
+            return Err(PinError::SelfPin(pin.agent.clone()));
+        }
+        if let Some(fp) = self.by_agent.get(&pin.agent) {
+            if *fp == pin.fingerprint {
+                return Ok(false);
+            }
+            return Err(PinError::DuplicateAgent(pin.agent.clone()));
+        }
+        if let Some(first) = self.by_fingerprint.get(&pin.fingerprint) {
+            return Err(PinError::DuplicateFingerprint {
+                fingerprint: pin.fingerprint,
+                first: first.clone(),
+                second: pin.agent.clone(),
+            });
+        }
+        Ok(true)
+    }
+
+    /// Adds `pin` after [`check`](Self::check); `Ok(true)` when added.
+    pub fn insert(&mut self, local: &AgentId, pin: &PeerPin) -> Result<bool, PinError> {
+        let new = self.check(local, pin)?;
+        if new {
+            self.by_agent.insert(pin.agent.clone(), pin.fingerprint);
+            self.by_fingerprint
+                .insert(pin.fingerprint, pin.agent.clone());
+        }
+        Ok(new)
+    }
+
+    /// Removes `agent`'s pin; returns the fingerprint it had.
+    pub fn remove(&mut self, agent: &AgentId) -> Option<Fingerprint> {
+        let fp = self.by_agent.remove(agent)?;
+        self.by_fingerprint.remove(&fp);
+        Some(fp)
+    }
 }

@@ -25,10 +25,16 @@
 //!   key is derived from the node key, so a restarted node resets its
 //!   predecessor's connections and peers reconnect at once.
 //!
+//! * **Enrolment.** [`start_enrollable`] also returns an [`Enrolment`]:
+//!   accepted peers can be added and removed while the endpoint runs (a
+//!   relay enrolling edges without a restart); removing one closes its
+//!   connections.
+//!
 //! [`start`] returns the common [`abhyasa_transport::Transport`].
 #![forbid(unsafe_code)]
 
 mod config;
+mod enrol;
 mod identity;
 mod tls;
 mod transport;
@@ -37,12 +43,16 @@ mod verify;
 pub use config::{
     QuicConfig, QuicPeer, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE,
 };
+pub use enrol::{Enrolment, LivePins};
 pub use identity::{
     generate_identity, verify_signature, Fingerprint, FingerprintParseError, Identity,
     IdentityError, PeerPin, PinError, PinSet, SignatureError,
 };
-pub use tls::{dangerous_pinned_client_tls, pinned_server_tls, TlsError, PINNED_SERVER_NAME};
-pub use transport::{start, start_with_socket, StartError};
+pub use tls::{
+    dangerous_pinned_client_tls, live_pinned_server_tls, pinned_server_tls, TlsError,
+    PINNED_SERVER_NAME,
+};
+pub use transport::{start, start_enrollable, start_with_socket, StartError};
 
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,9 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::PrivateKeyDer;
 
+use crate::enrol::LivePins;
 use crate::identity::{Fingerprint, Identity, PinSet};
-use crate::verify::{PinnedClientVerifier, PinnedServerVerifier};
+use crate::verify::{PinnedClientVerifier, PinnedServerVerifier, ServerPins};
 
 /// ALPN protocol id; a peer that does not speak it fails the handshake.
 pub(crate) const ALPN: &[u8] = b"abhyasa/1";
@@ -45,6 +46,25 @@ pub fn pinned_server_tls(
     mandatory: bool,
     alpn: Vec<Vec<u8>>,
 ) -> Result<rustls::ServerConfig, TlsError> {
+    server_tls(identity, ServerPins::Fixed(pins), mandatory, alpn)
+}
+
+/// [`pinned_server_tls`] against pins that change while the server runs.
+pub fn live_pinned_server_tls(
+    identity: &Identity,
+    pins: LivePins,
+    mandatory: bool,
+    alpn: Vec<Vec<u8>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    server_tls(identity, ServerPins::Live(pins), mandatory, alpn)
+}
+
+fn server_tls(
+    identity: &Identity,
+    pins: ServerPins,
+    mandatory: bool,
+    alpn: Vec<Vec<u8>>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls_err)?
@@ -62,10 +82,10 @@ pub fn pinned_server_tls(
 /// certificate.
 pub(crate) fn server_config(
     identity: &Identity,
-    pins: Arc<PinSet>,
+    pins: LivePins,
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::ServerConfig, TlsError> {
-    let tls = pinned_server_tls(identity, pins, true, vec![ALPN.to_vec()])?;
+    let tls = live_pinned_server_tls(identity, pins, true, vec![ALPN.to_vec()])?;
     let quic = QuicServerConfig::try_from(tls).map_err(tls_err)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     config.transport_config(transport);

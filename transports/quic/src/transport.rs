@@ -11,6 +11,7 @@ use abhyasa_transport::Transport;
 use bytes::Bytes;
 
 use crate::config::QuicConfig;
+use crate::enrol::{Enrolment, LivePins};
 use crate::identity::{PinError, PinSet};
 use crate::tls::{self, TlsError};
 
@@ -54,7 +55,7 @@ pub enum StartError {
 
 struct Ctx {
     config: QuicConfig,
-    pins: Arc<PinSet>,
+    pins: LivePins,
     registry: Registry,
     endpoint: quinn::Endpoint,
     transport: Arc<quinn::TransportConfig>,
@@ -96,6 +97,12 @@ fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, Start
 /// and dials every peer that has an address. Must be called within a tokio
 /// runtime.
 pub async fn start(config: QuicConfig) -> Result<Transport, StartError> {
+    Ok(start_enrollable(config).await?.0)
+}
+
+/// [`start`], and the [`Enrolment`] that adds and removes accepted peers
+/// while the endpoint runs.
+pub async fn start_enrollable(config: QuicConfig) -> Result<(Transport, Enrolment), StartError> {
     let socket = std::net::UdpSocket::bind(config.listen).map_err(|source| StartError::Bind {
         addr: config.listen,
         source,
@@ -107,7 +114,7 @@ pub async fn start(config: QuicConfig) -> Result<Transport, StartError> {
             addr: config.listen,
             source,
         })?;
-    start_with_socket(config, socket, runtime).await
+    start_inner(config, socket, runtime).await
 }
 
 /// Starts the QUIC transport on a given socket and runtime instead of
@@ -119,10 +126,18 @@ pub async fn start_with_socket(
     socket: Arc<dyn quinn::AsyncUdpSocket>,
     runtime: Arc<dyn quinn::Runtime>,
 ) -> Result<Transport, StartError> {
-    let pins = Arc::new(PinSet::new(
-        &config.agent,
-        config.peers.iter().map(|p| &p.pin),
-    )?);
+    Ok(start_inner(config, socket, runtime).await?.0)
+}
+
+async fn start_inner(
+    config: QuicConfig,
+    socket: Arc<dyn quinn::AsyncUdpSocket>,
+    runtime: Arc<dyn quinn::Runtime>,
+) -> Result<(Transport, Enrolment), StartError> {
+    let pins = LivePins::new(
+        config.agent.clone(),
+        PinSet::new(&config.agent, config.peers.iter().map(|p| &p.pin))?,
+    );
     let transport = Arc::new(transport_config(&config)?);
     let server = tls::server_config(&config.identity, pins.clone(), transport.clone())?;
     let addr = socket.local_addr().unwrap_or(config.listen);
@@ -146,6 +161,7 @@ pub async fn start_with_socket(
         registry.add_peer(peer.pin.agent.clone());
     }
     let handshakes = HandshakeSlots::new(config.max_handshakes);
+    let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
         pins,
@@ -164,7 +180,7 @@ pub async fn start_with_socket(
             });
         }
     }
-    Ok(handle)
+    Ok((handle, enrolment))
 }
 
 async fn accept_loop(ctx: Arc<Ctx>) {
@@ -228,8 +244,7 @@ async fn accept(
         .map_err(DialError::new)?;
     // The verifier admitted only pinned fingerprints; this maps the one
     // presented to its agent id (the authenticated peer).
-    let Some(peer) = tls::peer_fingerprint(&conn).and_then(|fp| ctx.pins.agent(&fp).cloned())
-    else {
+    let Some(peer) = tls::peer_fingerprint(&conn).and_then(|fp| ctx.pins.agent(&fp)) else {
         conn.close(CLOSE_UNKNOWN_PEER.into(), b"unknown peer");
         return Err(DialError::new("peer certificate not pinned"));
     };
@@ -240,7 +255,7 @@ async fn accept(
 }
 
 async fn dial(ctx: Arc<Ctx>, peer: AgentId, addr: std::net::SocketAddr) -> Result<(), DialError> {
-    let expected = *ctx
+    let expected = ctx
         .pins
         .fingerprint(&peer)
         .ok_or_else(|| DialError::new("peer is not pinned"))?;

@@ -19,7 +19,25 @@ use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, SignatureScheme,
 };
 
+use crate::enrol::LivePins;
 use crate::identity::{Fingerprint, PinSet};
+
+/// The pins a server verifier checks: fixed at start, or changing while
+/// the transport runs (a relay enrolling edges).
+#[derive(Debug, Clone)]
+pub(crate) enum ServerPins {
+    Fixed(Arc<PinSet>),
+    Live(LivePins),
+}
+
+impl ServerPins {
+    fn is_pinned(&self, fp: &Fingerprint) -> bool {
+        match self {
+            Self::Fixed(p) => p.agent(fp).is_some(),
+            Self::Live(p) => p.agent(fp).is_some(),
+        }
+    }
+}
 
 /// Why a presented certificate was refused (carried inside the rustls
 /// error, so it reaches the logs of both ends).
@@ -49,13 +67,13 @@ fn algorithms() -> WebPkiSupportedAlgorithms {
 /// the same fingerprint ([`PinSet::agent`]).
 #[derive(Debug)]
 pub(crate) struct PinnedClientVerifier {
-    pins: Arc<PinSet>,
+    pins: ServerPins,
     mandatory: bool,
     algs: WebPkiSupportedAlgorithms,
 }
 
 impl PinnedClientVerifier {
-    pub(crate) fn new(pins: Arc<PinSet>, mandatory: bool) -> Self {
+    pub(crate) fn new(pins: ServerPins, mandatory: bool) -> Self {
         Self {
             pins,
             mandatory,
@@ -84,7 +102,7 @@ impl ClientCertVerifier for PinnedClientVerifier {
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
         let fp = Fingerprint::of(end_entity);
-        if self.pins.agent(&fp).is_none() {
+        if !self.pins.is_pinned(&fp) {
             return Err(refuse(PinRefusal::Unknown(fp)));
         }
         Ok(ClientCertVerified::assertion())

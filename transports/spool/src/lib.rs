@@ -13,11 +13,12 @@
 //! * [`spool`]: the relay daemon's durable spool on redb: written before
 //!   the receipt, one copy per frame key, held until min(deadline,
 //!   `max_hold`), quotas with typed refusals (C-TR-3).
-//! * [`relay`]: the relay daemon over QUIC: receipts after the commit,
+//! * [`relay`]: the relay daemon over QUIC and/or WebSocket, enrolling
+//!   and unenrolling peers while it runs: receipts after the commit,
 //!   push within the destination's pull budget, drop on `Delivered`, on a
 //!   sealed ack passing back or at the hold time.
 //! * [`link`]: a node's relayed link, a wrapper around any transport
-//!   (direct first, the relay as fallback).
+//!   (direct first, the relay as fallback), over one relay or several.
 #![forbid(unsafe_code)]
 
 pub mod link;
@@ -25,7 +26,7 @@ pub mod relay;
 pub mod seal;
 pub mod spool;
 
-pub use link::{relayed, RelayedConfig, RelayedStats};
+pub use link::{relayed, relayed_via, RelayedConfig, RelayedStats};
 pub use relay::{
     start, start_with, system_clock, Clock, RelayConfig, RelayError, RelayHandle, RelayParts,
 };

@@ -1,5 +1,6 @@
 //! A relayed link for a node: a wrapper around any [`Transport`] that
-//! reaches some peers through a relay.
+//! reaches some peers through a relay, or through several
+//! ([`relayed_via`]: each peer through its own relay).
 //!
 //! * **Out.** Frames for a relayed peer with no direct link up (direct
 //!   first, the relay as fallback) are sealed with this node's identity key
@@ -145,28 +146,50 @@ fn lock(m: &Mutex<SentKeys>) -> std::sync::MutexGuard<'_, SentKeys> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct SealRouter {
+/// One relay of a relayed link and the peers reached through it.
+struct Route {
     relay: AgentId,
     peers: HashSet<AgentId>,
     sealer: Sealer,
     ack_hold: Duration,
     clock: Clock,
+}
+
+struct SealRouter {
+    routes: Vec<Route>,
     stats: Arc<RelayedStats>,
     sent: Arc<Mutex<SentKeys>>,
 }
 
 impl std::fmt::Debug for SealRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SealRouter")
-            .field("relay", &self.relay)
-            .field("peers", &self.peers)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("SealRouter");
+        for r in &self.routes {
+            d.field(r.relay.as_str(), &r.peers);
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+impl SealRouter {
+    /// The relay to reach `peer` through: the first of its relays that is
+    /// connected, else its first (the send then fails `NotConnected` and
+    /// custody retries).
+    fn route(&self, direct: &TransportHandle, peer: &AgentId) -> Option<&Route> {
+        let mut of_peer = self.routes.iter().filter(|r| r.peers.contains(peer));
+        let first = of_peer.next()?;
+        if direct.is_connected(&first.relay) {
+            return Some(first);
+        }
+        of_peer
+            .find(|r| direct.is_connected(&r.relay))
+            .or(Some(first))
     }
 }
 
 impl Router for SealRouter {
     fn routes(&self, peer: &AgentId) -> bool {
-        self.peers.contains(peer)
+        self.routes.iter().any(|r| r.peers.contains(peer))
     }
 
     fn send(
@@ -175,12 +198,15 @@ impl Router for SealRouter {
         peer: &AgentId,
         envelope: &Envelope,
     ) -> Result<(), SendError> {
+        let Some(route) = self.route(direct, peer) else {
+            return Err(SendError::UnknownPeer(peer.clone()));
+        };
         let expires_at = match &envelope.message {
             // The deadline binds the relay too: never delivered after it.
             Message::Obligation(o) => o.deadline_at(),
-            _ => (self.clock)().saturating_add(self.ack_hold),
+            _ => (route.clock)().saturating_add(route.ack_hold),
         };
-        let sealed = self
+        let sealed = route
             .sealer
             .seal(peer, envelope, expires_at)
             .map_err(|e| match e {
@@ -199,10 +225,10 @@ impl Router for SealRouter {
         };
         lock(&self.sent).remember(sealed.key(), peer, ob);
         let outer = Envelope::new(
-            self.sealer.local().clone(),
+            route.sealer.local().clone(),
             Message::Relay(RelayMessage::Sealed(Box::new(sealed))),
         );
-        direct.send(&self.relay, &outer).map_err(|e| match e {
+        direct.send(&route.relay, &outer).map_err(|e| match e {
             // Report the peer the caller asked for, not the relay.
             SendError::NotConnected(_) => SendError::NotConnected(peer.clone()),
             SendError::QueueFull(_) => SendError::QueueFull(peer.clone()),
@@ -212,13 +238,20 @@ impl Router for SealRouter {
         Ok(())
     }
 
-    fn is_connected(&self, direct: &TransportHandle, _peer: &AgentId) -> bool {
-        direct.is_connected(&self.relay)
+    fn is_connected(&self, direct: &TransportHandle, peer: &AgentId) -> bool {
+        self.routes
+            .iter()
+            .any(|r| r.peers.contains(peer) && direct.is_connected(&r.relay))
     }
 
     fn peers(&self) -> Vec<AgentId> {
-        let mut v: Vec<AgentId> = self.peers.iter().cloned().collect();
+        let mut v: Vec<AgentId> = self
+            .routes
+            .iter()
+            .flat_map(|r| r.peers.iter().cloned())
+            .collect();
         v.sort();
+        v.dedup();
         v
     }
 }
@@ -226,30 +259,52 @@ impl Router for SealRouter {
 /// Wraps `transport` so the peers of `config` are reached through its
 /// relay. Returns the wrapped transport and the link's counters.
 pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<RelayedStats>) {
+    relayed_via(transport, vec![config])
+}
+
+/// Wraps `transport` so each config's peers are reached through its relay
+/// (several relays, one wrapper: the transport's router slot holds one
+/// router, so the relays share it). A peer listed under several relays is
+/// sent through the first that is connected. Direct first, as for
+/// [`relayed`]; the counters cover every relay.
+pub fn relayed_via(
+    transport: Transport,
+    configs: Vec<RelayedConfig>,
+) -> (Transport, Arc<RelayedStats>) {
     let Transport { handle, incoming } = transport;
     let local = handle.local().clone();
     let stats = Arc::new(RelayedStats::default());
     let sent = Arc::new(Mutex::new(SentKeys::default()));
     let router = SealRouter {
-        relay: config.relay.clone(),
-        peers: config.peers.iter().map(|p| p.agent.clone()).collect(),
-        sealer: Sealer::new(local.clone(), config.identity.clone(), handle.max_frame()),
-        ack_hold: config.ack_hold,
-        clock: config.clock.clone(),
+        routes: configs
+            .iter()
+            .map(|c| Route {
+                relay: c.relay.clone(),
+                peers: c.peers.iter().map(|p| p.agent.clone()).collect(),
+                sealer: Sealer::new(local.clone(), c.identity.clone(), handle.max_frame()),
+                ack_hold: c.ack_hold,
+                clock: c.clock.clone(),
+            })
+            .collect(),
         stats: stats.clone(),
         sent: sent.clone(),
     };
-    let opener = Opener::new(local, &config.peers);
+    let relays = configs
+        .into_iter()
+        .map(|c| RelayLink {
+            opener: Opener::new(local.clone(), &c.peers),
+            relay: c.relay,
+            peers: c.peers.into_iter().map(|p| p.agent).collect(),
+            pull: (c.pull_max_frames.max(1), c.pull_max_bytes),
+            got_since_pull: 0,
+        })
+        .collect();
     let direct = handle.direct();
     let handle = handle.with_router(Arc::new(router));
     let (tx, rx) = mpsc::channel(1024);
     let task = LinkTask {
         direct,
-        relay: config.relay,
-        peers: config.peers.into_iter().map(|p| p.agent).collect(),
-        opener,
-        pull: (config.pull_max_frames.max(1), config.pull_max_bytes),
-        got_since_pull: 0,
+        relays,
         stats: stats.clone(),
         sent,
         tx,
@@ -264,13 +319,18 @@ pub fn relayed(transport: Transport, config: RelayedConfig) -> (Transport, Arc<R
     )
 }
 
-struct LinkTask {
-    direct: TransportHandle,
+/// The link's state towards one relay.
+struct RelayLink {
     relay: AgentId,
     peers: Vec<AgentId>,
     opener: Opener,
     pull: (u32, u64),
     got_since_pull: u64,
+}
+
+struct LinkTask {
+    direct: TransportHandle,
+    relays: Vec<RelayLink>,
     stats: Arc<RelayedStats>,
     sent: Arc<Mutex<SentKeys>>,
     tx: mpsc::Sender<Incoming>,
@@ -285,114 +345,152 @@ impl LinkTask {
         }
     }
 
-    fn to_relay(&self, m: RelayMessage) {
+    fn index(&self, peer: &AgentId) -> Option<usize> {
+        self.relays.iter().position(|r| &r.relay == peer)
+    }
+
+    fn to_relay(&self, relay: &AgentId, m: RelayMessage) {
         let env = Envelope::new(self.direct.local().clone(), Message::Relay(m));
-        if let Err(e) = self.direct.send(&self.relay, &env) {
-            tracing::debug!(relay = %self.relay, %e, "relay message not sent");
+        if let Err(e) = self.direct.send(relay, &env) {
+            tracing::debug!(%relay, %e, "relay message not sent");
         }
     }
 
-    fn ask(&mut self) {
-        self.got_since_pull = 0;
-        self.to_relay(RelayMessage::Pull {
-            max_frames: self.pull.0,
-            max_bytes: self.pull.1,
-        });
+    fn ask(&mut self, i: usize) {
+        let r = &mut self.relays[i];
+        r.got_since_pull = 0;
+        let (relay, (max_frames, max_bytes)) = (r.relay.clone(), r.pull);
+        self.to_relay(
+            &relay,
+            RelayMessage::Pull {
+                max_frames,
+                max_bytes,
+            },
+        );
+    }
+
+    /// Whether `peer` is up some way other than relay `i`: directly, or
+    /// through another of its relays that is connected.
+    fn up_otherwise(&self, peer: &AgentId, i: usize) -> bool {
+        self.direct.is_connected(peer)
+            || self.relays.iter().enumerate().any(|(j, r)| {
+                j != i && r.peers.contains(peer) && self.direct.is_connected(&r.relay)
+            })
     }
 
     async fn handle(&mut self, item: Incoming) -> Result<(), mpsc::error::SendError<Incoming>> {
         match item {
-            Incoming::Frame { peer, envelope } if peer == self.relay => match envelope.message {
-                Message::Relay(RelayMessage::Sealed(s)) => {
-                    self.got_since_pull += 1;
-                    let key = s.key();
-                    match self.opener.open(&s) {
-                        Ok(inner) => {
-                            bump(&self.stats.opened);
-                            self.tx
-                                .send(Incoming::Frame {
-                                    peer: s.origin.clone(),
-                                    envelope: inner,
-                                })
-                                .await?;
-                        }
-                        Err(e) => {
-                            bump(&self.stats.rejected);
-                            tracing::warn!(relay = %peer, error = %e, "sealed frame rejected");
-                            self.tx
-                                .send(Incoming::Unauthorized {
-                                    peer: peer.clone(),
-                                    claimed: s.origin.clone(),
-                                })
-                                .await?;
-                        }
-                    }
-                    // Handed over (or never usable): the relay may drop it.
-                    // Custody, not the relay, covers a crash after this.
-                    self.to_relay(RelayMessage::Delivered(vec![key]));
-                }
-                Message::Relay(RelayMessage::Receipt(r)) => {
-                    // Hop acceptance only: never discharges or escalates.
-                    self.stats
-                        .accepted
-                        .fetch_add(r.accepted.len() as u64, Ordering::Relaxed);
-                    for x in r.refused {
-                        bump(&self.stats.refused);
-                        let (destination, obligation_id) = lock(&self.sent).lookup(&x.key);
-                        tracing::warn!(
-                            relay = %peer,
-                            key = %x.key,
-                            code = x.code.as_str(),
-                            retry_after_seconds = x.retry_after_seconds,
-                            "relay refused a sealed frame; custody keeps retrying"
-                        );
-                        self.tx
-                            .send(Incoming::RelayRefused {
-                                peer: peer.clone(),
-                                key: x.key,
-                                destination,
-                                obligation_id,
-                                code: x.code,
-                                retry_after_seconds: x.retry_after_seconds,
-                            })
-                            .await?;
-                    }
-                }
-                Message::Relay(RelayMessage::PullDone { remaining }) => {
-                    if remaining > 0 || self.got_since_pull > 0 {
-                        self.ask();
-                    }
-                }
-                message => {
-                    self.tx
-                        .send(Incoming::Frame {
-                            peer,
-                            envelope: Envelope {
-                                sender: envelope.sender,
-                                message,
-                            },
-                        })
-                        .await?
-                }
+            Incoming::Frame { peer, envelope } => match self.index(&peer) {
+                Some(i) => self.handle_relay_frame(i, peer, envelope).await?,
+                None => self.tx.send(Incoming::Frame { peer, envelope }).await?,
             },
-            Incoming::Connected(peer) if peer == self.relay => {
+            Incoming::Connected(peer) => {
+                let Some(i) = self.index(&peer) else {
+                    return self.tx.send(Incoming::Connected(peer)).await;
+                };
                 self.tx.send(Incoming::Connected(peer)).await?;
-                self.ask();
-                for p in self.peers.clone() {
-                    if !self.direct.is_connected(&p) {
+                self.ask(i);
+                for p in self.relays[i].peers.clone() {
+                    if !self.up_otherwise(&p, i) {
                         self.tx.send(Incoming::Connected(p)).await?;
                     }
                 }
             }
-            Incoming::Disconnected(peer) if peer == self.relay => {
+            Incoming::Disconnected(peer) => {
+                let Some(i) = self.index(&peer) else {
+                    return self.tx.send(Incoming::Disconnected(peer)).await;
+                };
                 self.tx.send(Incoming::Disconnected(peer)).await?;
-                for p in self.peers.clone() {
-                    if !self.direct.is_connected(&p) {
+                for p in self.relays[i].peers.clone() {
+                    if !self.up_otherwise(&p, i) {
                         self.tx.send(Incoming::Disconnected(p)).await?;
                     }
                 }
             }
             other => self.tx.send(other).await?,
+        }
+        Ok(())
+    }
+
+    /// A frame from relay `i`.
+    async fn handle_relay_frame(
+        &mut self,
+        i: usize,
+        peer: AgentId,
+        envelope: Envelope,
+    ) -> Result<(), mpsc::error::SendError<Incoming>> {
+        match envelope.message {
+            Message::Relay(RelayMessage::Sealed(s)) => {
+                self.relays[i].got_since_pull += 1;
+                let key = s.key();
+                match self.relays[i].opener.open(&s) {
+                    Ok(inner) => {
+                        bump(&self.stats.opened);
+                        self.tx
+                            .send(Incoming::Frame {
+                                peer: s.origin.clone(),
+                                envelope: inner,
+                            })
+                            .await?;
+                    }
+                    Err(e) => {
+                        bump(&self.stats.rejected);
+                        tracing::warn!(relay = %peer, error = %e, "sealed frame rejected");
+                        self.tx
+                            .send(Incoming::Unauthorized {
+                                peer: peer.clone(),
+                                claimed: s.origin.clone(),
+                            })
+                            .await?;
+                    }
+                }
+                // Handed over (or never usable): the relay may drop it.
+                // Custody, not the relay, covers a crash after this.
+                self.to_relay(&peer, RelayMessage::Delivered(vec![key]));
+            }
+            Message::Relay(RelayMessage::Receipt(r)) => {
+                // Hop acceptance only: never discharges or escalates.
+                self.stats
+                    .accepted
+                    .fetch_add(r.accepted.len() as u64, Ordering::Relaxed);
+                for x in r.refused {
+                    bump(&self.stats.refused);
+                    let (destination, obligation_id) = lock(&self.sent).lookup(&x.key);
+                    tracing::warn!(
+                        relay = %peer,
+                        key = %x.key,
+                        code = x.code.as_str(),
+                        retry_after_seconds = x.retry_after_seconds,
+                        "relay refused a sealed frame; custody keeps retrying"
+                    );
+                    self.tx
+                        .send(Incoming::RelayRefused {
+                            peer: peer.clone(),
+                            key: x.key,
+                            destination,
+                            obligation_id,
+                            code: x.code,
+                            retry_after_seconds: x.retry_after_seconds,
+                        })
+                        .await?;
+                }
+            }
+            Message::Relay(RelayMessage::PullDone { remaining }) => {
+                if remaining > 0 || self.relays[i].got_since_pull > 0 {
+                    self.ask(i);
+                }
+            }
+            message => {
+                self.tx
+                    .send(Incoming::Frame {
+                        peer,
+                        envelope: Envelope {
+                            sender: envelope.sender,
+                            message,
+                        },
+                    })
+                    .await?
+            }
         }
         Ok(())
     }

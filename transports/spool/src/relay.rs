@@ -1,5 +1,5 @@
-//! The relay daemon: a QUIC endpoint with pinned peers (custodians and
-//! edges) in front of a [`Spool`].
+//! The relay daemon: QUIC and/or WebSocket endpoints with pinned peers
+//! (custodians and edges) in front of a [`Spool`].
 //!
 //! It never takes custody and never acks: it answers sealed frames with a
 //! [`RelayReceipt`] (hop acceptance, sent only after the frames are
@@ -8,8 +8,25 @@
 //! sealed ack from the destination passing back, or at its hold time. The
 //! edge dials out; the relay only listens (an edge needs no public
 //! address).
+//!
+//! **Several transports, one daemon.** A relay listening on QUIC and
+//! WebSocket runs one daemon over both: their incoming channels are merged
+//! and a frame for a peer goes out on whichever transport that peer is
+//! connected over now. (Not `abhyasa_transport::routed::compose`: it
+//! routes a peer by which part *pins* it and refuses a peer pinned on two
+//! parts, while every relay peer is pinned on every listener and may dial
+//! in over either. Not one daemon per transport: the spool, its quotas and
+//! the pull budgets are one per relay, and a frame spooled from a QUIC
+//! custodian must be pushed to a WebSocket edge.)
+//!
+//! **Enrolment without a restart.** [`RelayHandle::enrol`] pins a new peer
+//! on every listener at once; [`RelayHandle::unenrol`] unpins it, closes
+//! its connections and refuses frames for it from then on
+//! (`unknown_destination`), while frames already spooled for it stay until
+//! their hold time.
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,19 +35,23 @@ use abhyasa_core::wire::{
     DedupKey, Envelope, FrameKey, Message, RelayMessage, RelayReceipt, Sealed,
 };
 use abhyasa_core::{AgentId, Timestamp};
-use abhyasa_quic::QuicConfig;
-use abhyasa_transport::{Incoming, Transport, TransportHandle};
+use abhyasa_quic::{Enrolment, PeerPin, QuicConfig};
+use abhyasa_transport::{Incoming, SendError, Transport, TransportHandle};
+use abhyasa_ws::WsConfig;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::spool::{Spool, SpoolError, SpoolLimits, SpoolStatus};
 
-/// Everything [`start`] needs.
+/// Everything [`start`] needs. At least one of `quic` and `ws`; with both,
+/// give them the same identity and peers (a peer may dial in over either).
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
     /// The relay's QUIC endpoint: its identity, listen address and pinned
     /// peers (every peer may spool and be a destination).
-    pub quic: QuicConfig,
+    pub quic: Option<QuicConfig>,
+    /// The relay's WebSocket listener (`listen` must be set), the same way.
+    pub ws: Option<WsConfig>,
     /// The spool file (redb).
     pub spool_path: PathBuf,
     /// Quotas and hold time.
@@ -40,30 +61,75 @@ pub struct RelayConfig {
     pub status_path: Option<PathBuf>,
 }
 
-/// The relay could not start.
+/// The relay could not start, or could not enrol a peer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RelayError {
     /// The spool did not open.
     #[error(transparent)]
     Spool(#[from] SpoolError),
-    /// The QUIC endpoint did not start.
-    #[error("cannot start the relay's QUIC endpoint: {0}")]
-    Transport(String),
+    /// A listener did not start.
+    #[error("cannot start the relay's {kind} endpoint: {reason}")]
+    Transport {
+        /// "QUIC" or "WebSocket".
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Neither `quic` nor `ws` is configured, or `ws` has no `listen`.
+    #[error("the relay needs a QUIC endpoint or a WebSocket listen address")]
+    NoListener,
+    /// The pin was refused (it names the relay itself, or its agent or
+    /// fingerprint is already pinned to another).
+    #[error("cannot enrol {agent}: {reason}")]
+    Enrol {
+        /// The peer.
+        agent: AgentId,
+        /// Why.
+        reason: String,
+    },
+    /// The relay runs over transports it did not start ([`start_with`]),
+    /// whose pins it cannot change.
+    #[error("this relay's transports were started by its caller; it cannot enrol peers")]
+    NotEnrollable,
 }
 
 /// A running relay.
 #[derive(Debug)]
 pub struct RelayHandle {
-    transport: TransportHandle,
+    parts: Parts,
+    enrolments: Vec<Enrolment>,
+    serves: Serves,
+    quic_addr: Option<SocketAddr>,
+    ws_addr: Option<SocketAddr>,
     status: Arc<Mutex<SpoolStatus>>,
     task: JoinHandle<()>,
 }
 
+/// The peers the relay spools for and pushes to, shared with the daemon
+/// so enrolment changes them while it runs.
+type Serves = Arc<Mutex<HashSet<AgentId>>>;
+
+fn serves_lock(s: &Serves) -> std::sync::MutexGuard<'_, HashSet<AgentId>> {
+    // Single inserts and removes: poisoning leaves the set consistent.
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl RelayHandle {
-    /// The QUIC address the relay listens on.
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.transport.local_addr()
+    /// The address the relay listens on: QUIC's when it has a QUIC
+    /// endpoint, else the WebSocket one.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.quic_addr.or(self.ws_addr)
+    }
+
+    /// The QUIC endpoint's address, if the relay has one.
+    pub fn quic_addr(&self) -> Option<SocketAddr> {
+        self.quic_addr
+    }
+
+    /// The WebSocket listener's address, if the relay has one.
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.ws_addr
     }
 
     /// The spool's counts as of the relay's last change.
@@ -74,10 +140,82 @@ impl RelayHandle {
             .clone()
     }
 
+    /// The peers the relay serves now, sorted.
+    pub fn peers(&self) -> Vec<AgentId> {
+        let mut v: Vec<AgentId> = serves_lock(&self.serves).iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Whether `peer` is connected to the relay over any listener.
+    pub fn is_connected(&self, peer: &AgentId) -> bool {
+        self.parts.is_connected(peer)
+    }
+
+    /// Pins `pin` on every listener while the relay runs: the peer may
+    /// connect, spool and receive from now on. `Ok(false)` when it was
+    /// already enrolled with this fingerprint. A refused pin changes
+    /// nothing.
+    pub async fn enrol(&self, pin: &PeerPin) -> Result<bool, RelayError> {
+        if self.enrolments.is_empty() {
+            return Err(RelayError::NotEnrollable);
+        }
+        let mut added = Vec::new();
+        for e in &self.enrolments {
+            match e.enrol(pin) {
+                Ok(true) => added.push(e),
+                Ok(false) => {}
+                Err(err) => {
+                    // Every listener pins the same peers, so a refusal
+                    // comes from the first; undo what others added all the
+                    // same.
+                    for done in added {
+                        done.unenrol(&pin.agent).await;
+                    }
+                    return Err(RelayError::Enrol {
+                        agent: pin.agent.clone(),
+                        reason: err.to_string(),
+                    });
+                }
+            }
+        }
+        let added = !added.is_empty();
+        // Pinned before it is served: a frame for it is refused
+        // `unknown_destination` until it could also connect.
+        serves_lock(&self.serves).insert(pin.agent.clone());
+        if added {
+            tracing::info!(peer = %pin.agent, fingerprint = %pin.fingerprint, "enrolled");
+        }
+        Ok(added)
+    }
+
+    /// Unpins `agent` on every listener and closes its connections. Frames
+    /// for it are refused `unknown_destination` from now on; those already
+    /// spooled stay until their hold time (a re-enrolled peer still gets
+    /// them). Returns whether it was enrolled.
+    pub async fn unenrol(&self, agent: &AgentId) -> Result<bool, RelayError> {
+        if self.enrolments.is_empty() {
+            return Err(RelayError::NotEnrollable);
+        }
+        // Not served first: nothing new is spooled for it while its
+        // connections close.
+        let served = serves_lock(&self.serves).remove(agent);
+        let mut pinned = false;
+        for e in &self.enrolments {
+            pinned |= e.unenrol(agent).await;
+        }
+        if served || pinned {
+            tracing::info!(peer = %agent, "unenrolled");
+        }
+        Ok(served || pinned)
+    }
+
     /// Stops the relay: closes its connections and its spool. Everything
     /// receipted stays in the spool file.
     pub async fn shutdown(self) {
-        self.transport.shutdown().await;
+        for h in &self.parts.0 {
+            h.shutdown().await;
+        }
         self.task.abort();
         let _ = self.task.await;
     }
@@ -127,55 +265,100 @@ impl std::fmt::Debug for RelayParts {
     }
 }
 
-/// Opens the spool, starts the QUIC endpoint and runs the relay until
-/// [`RelayHandle::shutdown`].
+/// Opens the spool, starts the QUIC endpoint and/or the WebSocket listener
+/// and runs the relay until [`RelayHandle::shutdown`].
 pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
-    let serves: HashSet<AgentId> = config
-        .quic
-        .peers
-        .iter()
-        .map(|p| p.pin.agent.clone())
-        .collect();
+    if config.quic.is_none() && config.ws.as_ref().is_none_or(|w| w.listen.is_none()) {
+        return Err(RelayError::NoListener);
+    }
+    let mut serves: HashSet<AgentId> = HashSet::new();
+    if let Some(q) = &config.quic {
+        serves.extend(q.peers.iter().map(|p| p.pin.agent.clone()));
+    }
+    if let Some(w) = &config.ws {
+        serves.extend(w.peers.iter().map(|p| p.pin.agent.clone()));
+    }
     // The spool opens first: a relay whose spool cannot open never listens.
     let spool = Spool::open(&config.spool_path, config.limits.clone())?;
-    let transport = abhyasa_quic::start(config.quic)
-        .await
-        .map_err(|e| RelayError::Transport(e.to_string()))?;
-    Ok(run_daemon(
+    let mut transports = Vec::new();
+    let mut enrolments = Vec::new();
+    let (mut quic_addr, mut ws_addr) = (None, None);
+    if let Some(q) = config.quic {
+        let (t, e) =
+            abhyasa_quic::start_enrollable(q)
+                .await
+                .map_err(|e| RelayError::Transport {
+                    kind: "QUIC",
+                    reason: e.to_string(),
+                })?;
+        quic_addr = t.handle.local_addr();
+        transports.push(t);
+        enrolments.push(e);
+    }
+    if let Some(w) = config.ws {
+        let started = abhyasa_ws::start_enrollable(w).await;
+        let (t, e) = match started {
+            Ok(x) => x,
+            Err(e) => {
+                for t in &transports {
+                    t.handle.shutdown().await;
+                }
+                return Err(RelayError::Transport {
+                    kind: "WebSocket",
+                    reason: e.to_string(),
+                });
+            }
+        };
+        ws_addr = t.handle.local_addr();
+        transports.push(t);
+        enrolments.push(e);
+    }
+    let mut relay = run_daemon(
         spool,
-        transport,
+        transports,
         serves,
         config.status_path,
         system_clock(),
-    ))
+    );
+    relay.enrolments = enrolments;
+    relay.quic_addr = quic_addr;
+    relay.ws_addr = ws_addr;
+    Ok(relay)
 }
 
 /// Runs the relay over `parts.transport` (see [`RelayParts`]) until
 /// [`RelayHandle::shutdown`]. Behaves as [`start`] does, on the supplied
-/// transport and clock.
+/// transport and clock, except that it cannot enrol peers
+/// ([`RelayError::NotEnrollable`]).
 pub async fn start_with(parts: RelayParts) -> Result<RelayHandle, RelayError> {
     let spool = Spool::open(&parts.spool_path, parts.limits)?;
-    Ok(run_daemon(
+    let addr = parts.transport.handle.local_addr();
+    let mut relay = run_daemon(
         spool,
-        parts.transport,
+        vec![parts.transport],
         parts.serves,
         parts.status_path,
         parts.clock,
-    ))
+    );
+    relay.quic_addr = addr;
+    Ok(relay)
 }
 
 fn run_daemon(
     spool: Spool,
-    transport: Transport,
+    transports: Vec<Transport>,
     serves: HashSet<AgentId>,
     status_path: Option<PathBuf>,
     clock: Clock,
 ) -> RelayHandle {
     let status = Arc::new(Mutex::new(spool.status(clock())));
+    let serves: Serves = Arc::new(Mutex::new(serves));
+    let (handles, incoming) = merge(transports);
+    let parts = Parts(handles);
     let mut daemon = Daemon {
-        handle: transport.handle.clone(),
+        parts: parts.clone(),
         spool,
-        serves,
+        serves: serves.clone(),
         budgets: HashMap::new(),
         pushed: HashMap::new(),
         status: status.clone(),
@@ -184,11 +367,76 @@ fn run_daemon(
         clock,
     };
     daemon.publish();
-    let task = tokio::spawn(async move { daemon.run(transport.incoming).await });
+    let task = tokio::spawn(async move { daemon.run(incoming).await });
     RelayHandle {
-        transport: transport.handle,
+        parts,
+        enrolments: Vec::new(),
+        serves,
+        quic_addr: None,
+        ws_addr: None,
         status,
         task,
+    }
+}
+
+/// One incoming channel for several transports: the single transport's
+/// own, or a forwarder per transport into a merged one (order kept within
+/// each transport, which is all the daemon needs: a peer's frames arrive
+/// over one connection at a time).
+fn merge(mut transports: Vec<Transport>) -> (Vec<TransportHandle>, mpsc::Receiver<Incoming>) {
+    if transports.len() == 1 {
+        if let Some(Transport { handle, incoming }) = transports.pop() {
+            return (vec![handle], incoming);
+        }
+    }
+    let mut handles = Vec::with_capacity(transports.len());
+    let (tx, rx) = mpsc::channel(1024);
+    for Transport {
+        handle,
+        mut incoming,
+    } in transports
+    {
+        handles.push(handle);
+        let tx = tx.clone();
+        // Ends with its transport (the channel closes at shutdown) or the
+        // daemon (the merged receiver is dropped).
+        tokio::spawn(async move {
+            while let Some(item) = incoming.recv().await {
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    (handles, rx)
+}
+
+/// The relay's transports, one per listener, with the same identity and
+/// peers.
+#[derive(Debug, Clone)]
+struct Parts(Vec<TransportHandle>);
+
+impl Parts {
+    fn local(&self) -> Option<&AgentId> {
+        self.0.first().map(TransportHandle::local)
+    }
+
+    fn is_connected(&self, peer: &AgentId) -> bool {
+        self.0.iter().any(|h| h.is_connected(peer))
+    }
+
+    /// Sends over the transport `peer` is connected on now (the first, if
+    /// several).
+    fn send(&self, peer: &AgentId, env: &Envelope) -> Result<(), SendError> {
+        match self.0.iter().find(|h| h.is_connected(peer)) {
+            Some(h) => h.send(peer, env),
+            None => Err(SendError::NotConnected(peer.clone())),
+        }
+    }
+
+    fn envelope(&self, m: RelayMessage) -> Option<Envelope> {
+        self.local()
+            .map(|l| Envelope::new(l.clone(), Message::Relay(m)))
     }
 }
 
@@ -200,9 +448,9 @@ struct Budget {
 }
 
 struct Daemon {
-    handle: TransportHandle,
+    parts: Parts,
     spool: Spool,
-    serves: HashSet<AgentId>,
+    serves: Serves,
     budgets: HashMap<AgentId, Budget>,
     /// Frames pushed on the destination's current connection: not pushed
     /// again until it reconnects (they stay spooled until Delivered).
@@ -282,8 +530,10 @@ impl Daemon {
         let mut changed = false;
         for (hop, frames) in sealed {
             self.drop_answered(&hop, &frames);
-            let serves = &self.serves;
-            match self.spool.offer(now, &hop, frames, |d| serves.contains(d)) {
+            let serves = serves_lock(&self.serves);
+            let offered = self.spool.offer(now, &hop, frames, |d| serves.contains(d));
+            drop(serves);
+            match offered {
                 Ok(receipt) => {
                     changed = true;
                     self.answer(&hop, receipt);
@@ -348,11 +598,10 @@ impl Daemon {
         for r in &receipt.refused {
             tracing::warn!(%hop, key = %r.key, code = r.code.as_str(), "sealed frame refused");
         }
-        let env = Envelope::new(
-            self.handle.local().clone(),
-            Message::Relay(RelayMessage::Receipt(receipt)),
-        );
-        if let Err(e) = self.handle.send(hop, &env) {
+        let Some(env) = self.parts.envelope(RelayMessage::Receipt(receipt)) else {
+            return;
+        };
+        if let Err(e) = self.parts.send(hop, &env) {
             // The origin retries under custody and gets a new receipt.
             tracing::debug!(%hop, %e, "receipt not sent");
         }
@@ -397,8 +646,14 @@ impl Daemon {
                 }
             },
             Incoming::Disconnected(peer) => {
-                self.budgets.remove(&peer);
+                // Frames pushed on the connection that ended may not have
+                // arrived: push them again (the destination dedups, AB-3).
                 self.pushed.remove(&peer);
+                // Its budget holds while it is still up over another
+                // listener.
+                if !self.parts.is_connected(&peer) {
+                    self.budgets.remove(&peer);
+                }
                 false
             }
             other => {
@@ -414,7 +669,7 @@ impl Daemon {
         let Some(budget) = self.budgets.get(dest).copied() else {
             return;
         };
-        if !self.handle.is_connected(dest) {
+        if !self.parts.is_connected(dest) {
             return;
         }
         let skip = self.pushed.entry(dest.clone()).or_default();
@@ -438,12 +693,11 @@ impl Daemon {
         let mut stopped = false;
         for s in frames {
             let key = s.key();
-            let env = Envelope::new(
-                self.handle.local().clone(),
-                Message::Relay(RelayMessage::Sealed(Box::new(s))),
-            );
+            let Some(env) = self.parts.envelope(RelayMessage::Sealed(Box::new(s))) else {
+                break;
+            };
             let size = env.encode().len() as u64;
-            if let Err(e) = self.handle.send(dest, &env) {
+            if let Err(e) = self.parts.send(dest, &env) {
                 tracing::debug!(%dest, %e, "push stopped");
                 stopped = true;
                 break;
@@ -458,11 +712,9 @@ impl Daemon {
             self.budgets.insert(dest.clone(), left);
         }
         if answer_pull || left.frames == 0 || left.bytes == 0 {
-            let env = Envelope::new(
-                self.handle.local().clone(),
-                Message::Relay(RelayMessage::PullDone { remaining }),
-            );
-            let _ = self.handle.send(dest, &env);
+            if let Some(env) = self.parts.envelope(RelayMessage::PullDone { remaining }) {
+                let _ = self.parts.send(dest, &env);
+            }
         }
     }
 

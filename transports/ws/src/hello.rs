@@ -22,7 +22,27 @@
 //! this transport behind TLS.
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{verify_signature, Fingerprint, Identity, PinSet};
+use abhyasa_quic::{verify_signature, Fingerprint, Identity, LivePins, PinSet};
+
+/// Where the hello looks up the key pinned for an agent: a fixed
+/// [`PinSet`], or the [`LivePins`] of a running transport whose peers are
+/// enrolled at runtime.
+pub(crate) trait PinLookup {
+    /// The fingerprint pinned for `agent`.
+    fn pinned(&self, agent: &AgentId) -> Option<Fingerprint>;
+}
+
+impl PinLookup for PinSet {
+    fn pinned(&self, agent: &AgentId) -> Option<Fingerprint> {
+        self.fingerprint(agent).copied()
+    }
+}
+
+impl PinLookup for LivePins {
+    fn pinned(&self, agent: &AgentId) -> Option<Fingerprint> {
+        self.fingerprint(agent)
+    }
+}
 use prost::Message as _;
 use ring::rand::{SecureRandom as _, SystemRandom};
 
@@ -155,14 +175,14 @@ pub(crate) fn decode<M: prost::Message + Default>(bytes: &[u8]) -> Result<M, Hel
 
 /// Checks `cert` is pinned for `agent` and `signature` signs `message`.
 fn check_proof(
-    pins: &PinSet,
+    pins: &impl PinLookup,
     agent: &AgentId,
     cert: &[u8],
     message: &[u8],
     signature: &[u8],
 ) -> Result<(), HelloError> {
-    let expected = *pins
-        .fingerprint(agent)
+    let expected = pins
+        .pinned(agent)
         .ok_or_else(|| HelloError::UnknownAgent(agent.to_string()))?;
     let found = Fingerprint::of(cert);
     if found != expected {
@@ -190,7 +210,7 @@ pub(crate) fn challenge(local: &AgentId, server_nonce: &[u8]) -> Vec<u8> {
 pub(crate) fn answer_hello(
     identity: &Identity,
     local: &AgentId,
-    pins: &PinSet,
+    pins: &impl PinLookup,
     server_nonce: &[u8],
     hello: &[u8],
 ) -> Result<(AgentId, Vec<u8>), HelloError> {
@@ -265,7 +285,7 @@ pub(crate) struct ClientState {
 pub(crate) fn check_welcome(
     local: &AgentId,
     server: &AgentId,
-    pins: &PinSet,
+    pins: &impl PinLookup,
     state: &ClientState,
     welcome: &[u8],
 ) -> Result<(), HelloError> {

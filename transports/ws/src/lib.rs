@@ -21,6 +21,10 @@
 //!   ([`DEFAULT_KEEP_ALIVE`], [`DEFAULT_IDLE_TIMEOUT`]); peers with a URL
 //!   are re-dialled with capped exponential backoff.
 //!
+//! * **Enrolment.** [`start_enrollable`] also returns an
+//!   [`abhyasa_quic::Enrolment`]: accepted peers are added and removed while
+//!   the transport runs, and an unenrolled peer's connections close.
+//!
 //! [`start`] returns the common [`abhyasa_transport::Transport`].
 #![forbid(unsafe_code)]
 
@@ -35,7 +39,9 @@ pub use config::{
     WsConfig, WsPeer, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE,
 };
 pub use hello::HelloError;
-pub use transport::{start, start_with_io, BoxedIo, IoFuture, IoStream, StartError, StreamIo};
+pub use transport::{
+    start, start_enrollable, start_with_io, BoxedIo, IoFuture, IoStream, StartError, StreamIo,
+};
 
 #[cfg(test)]
 mod tests;

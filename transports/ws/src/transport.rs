@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use abhyasa_core::{AgentId, PeerError};
-use abhyasa_quic::{PinError, PinSet};
+use abhyasa_quic::{Enrolment, LivePins, PinError, PinSet};
 use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
 use abhyasa_transport::link::{DialError, InboundSink, Link, Registry};
 use abhyasa_transport::Transport;
@@ -68,7 +68,7 @@ pub enum StartError {
 
 pub(crate) struct Ctx {
     pub(crate) config: WsConfig,
-    pub(crate) pins: Arc<PinSet>,
+    pub(crate) pins: LivePins,
     registry: Registry,
     io: Option<Arc<dyn StreamIo>>,
     /// C-ND-5: inbound handshakes (upgrade + hello) in flight, capped.
@@ -108,6 +108,13 @@ pub(crate) fn ws_config(max_frame: usize) -> WebSocketConfig {
 /// Starts the WebSocket transport: listens on `config.listen` (if any) and
 /// dials every peer that has a URL. Must be called within a tokio runtime.
 pub async fn start(config: WsConfig) -> Result<Transport, StartError> {
+    Ok(start_inner(config, None).await?.0)
+}
+
+/// [`start`], and the [`Enrolment`] that adds and removes accepted peers
+/// while the transport runs (the signed hello checks the live pins; an
+/// unenrolled peer's connections are closed).
+pub async fn start_enrollable(config: WsConfig) -> Result<(Transport, Enrolment), StartError> {
     start_inner(config, None).await
 }
 
@@ -119,13 +126,13 @@ pub async fn start_with_io(
     config: WsConfig,
     io: Arc<dyn StreamIo>,
 ) -> Result<Transport, StartError> {
-    start_inner(config, Some(io)).await
+    Ok(start_inner(config, Some(io)).await?.0)
 }
 
 async fn start_inner(
     config: WsConfig,
     io: Option<Arc<dyn StreamIo>>,
-) -> Result<Transport, StartError> {
+) -> Result<(Transport, Enrolment), StartError> {
     if config.keep_alive >= config.idle_timeout {
         return Err(StartError::Timeouts(format!(
             "keep_alive ({:?}) must be below idle_timeout ({:?})",
@@ -135,10 +142,10 @@ async fn start_inner(
     if config.keep_alive.is_zero() {
         return Err(StartError::Timeouts("keep_alive must not be zero".into()));
     }
-    let pins = Arc::new(PinSet::new(
-        &config.agent,
-        config.peers.iter().map(|p| &p.pin),
-    )?);
+    let pins = LivePins::new(
+        config.agent.clone(),
+        PinSet::new(&config.agent, config.peers.iter().map(|p| &p.pin))?,
+    );
     for peer in &config.peers {
         if let Some(url) = &peer.url {
             check_url(url).map_err(|reason| StartError::Url {
@@ -158,6 +165,7 @@ async fn start_inner(
         registry.add_peer(peer.pin.agent.clone());
     }
     let handshakes = HandshakeSlots::new(config.max_handshakes);
+    let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
         pins,
@@ -184,7 +192,7 @@ async fn start_inner(
             });
         }
     }
-    Ok(transport)
+    Ok((transport, enrolment))
 }
 
 fn check_url(url: &str) -> Result<(), String> {
@@ -429,7 +437,7 @@ pub(crate) async fn server_hello<S: AsyncRead + AsyncWrite + Unpin>(
 
 pub(crate) async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
     config: &WsConfig,
-    pins: &PinSet,
+    pins: &impl hello::PinLookup,
     server: &AgentId,
     ws: &mut WebSocketStream<S>,
 ) -> Result<(), HelloError> {

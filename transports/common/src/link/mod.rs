@@ -281,6 +281,34 @@ impl Registry {
             .or_insert_with(PeerState::new);
     }
 
+    /// Removes a peer at runtime (a relay unenrolling an edge): sends to it
+    /// fail with `UnknownPeer` from now on, a connection it opens later is
+    /// refused at [`attach`](Self::attach), and its live connections are
+    /// closed: their send queues are dropped, which ends the transport's
+    /// write loop. Reports `Disconnected(peer)` if one was up. Returns
+    /// whether the peer was known.
+    pub async fn remove_peer(&self, peer: &AgentId) -> bool {
+        let shared = &self.shared;
+        // Ordered with attach/detach, so the runtime sees Disconnected after
+        // the Connected it pairs with.
+        let _order = shared.events.lock().await;
+        let Some(state) = shared.peers().remove(peer) else {
+            return false;
+        };
+        let was_up = !state.links.is_empty();
+        state.count.send_replace(0);
+        // Dropping the queues closes each link's `outbound`; the connection
+        // ends and its guard's detach finds the peer gone (no second event).
+        drop(state);
+        if was_up {
+            let _ = shared
+                .incoming
+                .send(Incoming::Disconnected(peer.clone()))
+                .await;
+        }
+        true
+    }
+
     /// Whether `peer` is in the table.
     pub fn is_known(&self, peer: &AgentId) -> bool {
         self.shared.peers().contains_key(peer)

@@ -456,3 +456,44 @@ async fn c_nd_5_handshakes_in_flight_are_capped() {
     let (_ep, conn) = raw_client(&a_id, &id("b"), b_id.fingerprint, b_addr).await;
     assert!(conn.is_ok(), "a free slot admits a handshake: {conn:?}");
 }
+
+// Enrolment while running: B starts pinning nobody; A's dials are refused
+// until B enrols A's pin, then A connects. Unenrolled, A's connection is
+// closed (Disconnected on both sides), sends to A fail `UnknownPeer`, and
+// A's redials are refused again.
+#[tokio::test]
+async fn peers_enrol_and_unenrol_while_running() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let (mut b, enrol) = crate::start_enrollable(config(&id("b"), &b_id, loopback()))
+        .await
+        .expect("b starts");
+    let b_addr = b.handle.local_addr().expect("b listens");
+    let a_cfg = config(&id("a"), &a_id, loopback()).with_peer(b_id.pin(id("b")), Some(b_addr));
+    let mut a = start(a_cfg).await.expect("a starts");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!b.handle.is_connected(&id("a")), "not enrolled: refused");
+
+    assert_eq!(enrol.enrol(&a_id.pin(id("a"))), Ok(true));
+    assert_eq!(enrol.enrol(&a_id.pin(id("a"))), Ok(false), "idempotent");
+    let other = identity(&id("a"));
+    assert!(
+        enrol.enrol(&other.pin(id("a"))).is_err(),
+        "another key under an enrolled name"
+    );
+    assert_eq!(enrol.peers(), vec![id("a")]);
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    assert_eq!(next(&mut a).await, Incoming::Connected(id("b")));
+
+    assert!(enrol.unenrol(&id("a")).await);
+    assert_eq!(next(&mut b).await, Incoming::Disconnected(id("a")));
+    assert_eq!(next(&mut a).await, Incoming::Disconnected(id("b")));
+    assert_eq!(
+        b.handle.send(&id("a"), &query(&id("b"), 1)),
+        Err(SendError::UnknownPeer(id("a")))
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!b.handle.is_connected(&id("a")), "redials refused again");
+    assert!(!enrol.unenrol(&id("a")).await, "already gone");
+    a.handle.shutdown().await;
+    b.handle.shutdown().await;
+}

@@ -79,7 +79,8 @@ pub(crate) async fn relay(ids: &Ids, dir: &Path, limits: SpoolLimits) -> RelayHa
     .with_peer(ids.alice.pin(agent("alice")), None)
     .with_peer(ids.edge.pin(agent("edge")), None);
     abhyasa_spool::start(RelayConfig {
-        quic,
+        quic: Some(quic),
+        ws: None,
         spool_path: dir.join("spool.redb"),
         limits,
         status_path: None,
