@@ -609,7 +609,8 @@ impl World {
                     .with_peer(bob_id.pin(agent(BOB)), None);
                 Some(
                     abhyasa_spool::start(RelayConfig {
-                        quic,
+                        quic: Some(quic),
+                        ws: None,
                         spool_path: dir.path().join("spool.redb"),
                         limits: SpoolLimits::default(),
                         status_path: None,
