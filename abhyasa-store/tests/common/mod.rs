@@ -170,6 +170,26 @@ pub fn open_disk(kind: Kind, path: &std::path::Path) -> Result<Box<dyn Store>, S
     })
 }
 
+/// Opens a store just closed in this process. sled's background flusher
+/// can hold the database's file lock for a moment after the handle is
+/// dropped (a node restarting in a new process never meets this: the lock
+/// dies with the old process), so a refused open is retried for a while
+/// before the test fails with the last error.
+pub fn reopen(kind: Kind, path: &std::path::Path) -> Box<dyn Store> {
+    let mut last = None;
+    for _ in 0..100 {
+        match open_disk(kind, path) {
+            Ok(s) => return s,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!(
+        "{kind:?} store at {} does not reopen: {last:?}",
+        path.display()
+    );
+}
+
 pub fn disk_path(kind: Kind, dir: &std::path::Path) -> PathBuf {
     match kind {
         Kind::Sled => dir.join("sled"),
@@ -228,7 +248,7 @@ impl Backend for DiskBackend {
     fn restart(&mut self) {
         // Close the database (drop), then open it again from disk.
         self.store = None;
-        self.store = Some(open_disk(self.kind, &self.path).unwrap());
+        self.store = Some(reopen(self.kind, &self.path));
         self.armed = None;
         self.down = None;
     }
