@@ -14,11 +14,11 @@
 mod process;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use abhyasa_core::Timestamp;
-use process::{free_port, init, ok, pin, set_config, spawn, wait_for, Children, Control, BIN};
+use process::relay::{relay_spawn, relay_status, via_relay};
+use process::{free_port, init, ok, pin, set_config, spawn, wait_for, Children, Control};
 use serde_json::{json, Value};
 
 fn free_tcp_port() -> u16 {
@@ -26,32 +26,6 @@ fn free_tcp_port() -> u16 {
         .and_then(|s| s.local_addr())
         .expect("a free TCP port")
         .port()
-}
-
-fn relay_spawn(dir: &Path) -> Child {
-    Command::new(BIN)
-        .args(["relay", "run", "--dir", dir.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("relay run starts")
-}
-
-/// A `[[peers]]` snippet turned into a relayed entry: no address, `via`.
-fn via_relay(snippet: &str) -> String {
-    snippet
-        .lines()
-        .map(|l| {
-            if l.starts_with("addr = ") {
-                "via = \"relay-1\"".to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
 }
 
 fn fingerprint(snippet: &str) -> String {
@@ -93,14 +67,7 @@ fn offer(dir: &Path, id: &str) {
 /// The relay's `unknown_destination` refusals, from `relay status
 /// --json` (counted against the pinned hop that sent them, alice).
 fn unknown_destination(relay: &Path) -> u64 {
-    let out = process::abhyasa(&[
-        "relay",
-        "status",
-        "--dir",
-        relay.to_str().unwrap(),
-        "--json",
-    ]);
-    let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
+    let Some(v) = relay_status(relay) else {
         return 0;
     };
     v["destinations"].as_array().map_or(0, |ds| {

@@ -16,11 +16,11 @@
 mod process;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use abhyasa_core::Timestamp;
-use process::{free_port, init, ok, pin, set_config, spawn, wait_for, Children, Control, BIN};
+use process::relay::{relay_spawn, relay_status, via_relay};
+use process::{free_port, init, ok, pin, set_config, spawn, wait_for, Children, Control};
 use serde_json::{json, Value};
 
 const N: usize = 20;
@@ -42,44 +42,8 @@ fn relay_init(dir: &Path, port: u16) -> String {
     out[at..].to_string()
 }
 
-fn relay_spawn(dir: &Path) -> Child {
-    Command::new(BIN)
-        .args(["relay", "run", "--dir", dir.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("relay run starts")
-}
-
-/// A `[[peers]]` snippet turned into a relayed entry: no address, `via`.
-fn via_relay(snippet: &str) -> String {
-    snippet
-        .lines()
-        .map(|l| {
-            if l.starts_with("addr = ") {
-                "via = \"relay-1\"".to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
-}
-
 fn edge_depth(relay_dir: &Path) -> Option<u64> {
-    let out = process::abhyasa(&[
-        "relay",
-        "status",
-        "--dir",
-        relay_dir.to_str().unwrap(),
-        "--json",
-    ]);
-    if !out.status.success() {
-        return None;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = relay_status(relay_dir)?;
     Some(
         v["destinations"]
             .as_array()?
