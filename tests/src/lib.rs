@@ -17,6 +17,10 @@
 //! the ack" mean the same thing whether the frame crossed a QUIC stream, a
 //! WebSocket or the in-memory network, and a scenario body is written once.
 //!
+//! Every scenario ends ([`World::close`]) with the one invariant checker,
+//! `abhyasa_check::check`, over the world's [`World::trace`]: the checker
+//! the abstract sweep and the full-stack simulator use.
+//!
 //! A [`World`] is two nodes: `alice` (custodian) and `bob` (receiver),
 //! each with a store that outlives it, so either can be stopped and
 //! reopened on the same records (a crash at a commit boundary). A reopened
@@ -34,8 +38,10 @@ use std::time::Duration;
 
 use abhyasa::{Node, NodeOptions, Outcome};
 use abhyasa_a2a::{HttpConfig, HttpPeer};
+use abhyasa_check as check;
 use abhyasa_core::custody::{
     Applier, ApplyContext, ApplyDecision, CustodyProfile, LedgerOutcome, Record, StandardApplier,
+    TerminalState,
 };
 use abhyasa_core::store::SimStore;
 use abhyasa_core::store::{
@@ -302,12 +308,20 @@ pub const DECLINE_DETAIL: &str = "scripted decline";
 /// obligation it has not decided yet, inside its deadline and not
 /// superseded: what the receiver guards before asking it (AB-3, C-DL-1,
 /// C-SS-2) stays the receiver's.
+///
+/// Every decision to apply is recorded in [`Applies`] (shared by every
+/// incarnation of bob in a world): the ground truth [`World::verify`]
+/// hands the invariant checker.
 #[derive(Debug, Default)]
-struct Scripted(StandardApplier);
+struct Scripted(StandardApplier, Applies);
+
+/// Bob's applier's decisions to apply, across his restarts: (custodian,
+/// obligation, when, its deadline).
+type Applies = Arc<Mutex<Vec<check::AppliedByApplier>>>;
 
 impl Applier for Scripted {
     fn decide(&mut self, ctx: &ApplyContext<'_>, ob: &Obligation) -> ApplyDecision {
-        match ob.payload().get(SCRIPT).and_then(|v| v.as_str()) {
+        let d = match ob.payload().get(SCRIPT).and_then(|v| v.as_str()) {
             Some("decline") => ApplyDecision::Decline {
                 reason: DeclineReason::Policy,
                 detail: Some(DECLINE_DETAIL.into()),
@@ -316,7 +330,17 @@ impl Applier for Scripted {
                 detail: Some("scripted deferral".into()),
             },
             _ => self.0.decide(ctx, ob),
+        };
+        if matches!(d, ApplyDecision::Apply { .. }) {
+            lock(&self.1).push(check::AppliedByApplier {
+                receiver: agent(BOB),
+                custodian: ctx.custodian.clone(),
+                id: ob.id().clone(),
+                at: ctx.now,
+                deadline_at: ob.deadline_at(),
+            });
         }
+        d
     }
 }
 
@@ -393,6 +417,11 @@ struct Env {
     /// This world's partitions' prefix on PostgreSQL: unique per world, so
     /// cells sharing the database never see each other's rows.
     pg_prefix: String,
+    /// Bob's applier's decisions to apply, across restarts.
+    applies: Applies,
+    /// Every obligation a scenario built (the candidates for the trace's
+    /// offers: those alice holds or closed were offered).
+    made: Arc<Mutex<Vec<Obligation>>>,
 }
 
 impl Env {
@@ -415,7 +444,7 @@ impl Env {
             },
         );
         o.receiver.skew_margin = Duration::from_millis(100);
-        o.applier = Box::new(Scripted::default());
+        o.applier = Box::new(Scripted(StandardApplier::default(), self.applies.clone()));
         o
     }
 
@@ -639,6 +668,8 @@ impl World {
             relay_id,
             http_ports,
             pg_prefix: unique_prefix(),
+            applies: Applies::default(),
+            made: Arc::default(),
         };
         let bob = env.open_node(BOB).await?;
         let alice = env.open_node(ALICE).await?;
@@ -726,7 +757,9 @@ impl World {
         if let Some(s) = sequence {
             b = b.sequence(s);
         }
-        b.build().unwrap_or_else(|e| panic!("obligation {id}: {e}"))
+        let ob = b.build().unwrap_or_else(|e| panic!("obligation {id}: {e}"));
+        lock(&self.env.made).push(ob.clone());
+        ob
     }
 
     /// An obligation of `kind` with `payload` from alice to bob, custody
@@ -739,7 +772,7 @@ impl World {
         payload: serde_json::Value,
         deadline_s: i64,
     ) -> Obligation {
-        Obligation::builder()
+        let ob = Obligation::builder()
             .id(id)
             .kind(kind)
             .target(BOB)
@@ -748,7 +781,9 @@ impl World {
             .max_retries(abhyasa_core::min_retries_to_span(deadline_s as u64, 0.05, 0.2) as i64 + 2)
             .created_at(self.alice.now())
             .build()
-            .unwrap_or_else(|e| panic!("obligation {id}: {e}"))
+            .unwrap_or_else(|e| panic!("obligation {id}: {e}"));
+        lock(&self.env.made).push(ob.clone());
+        ob
     }
 
     /// Alice's terminal outcome for `id`, waiting at most `within`.
@@ -795,8 +830,101 @@ impl World {
             .map(|r| (r.outcome, r.reason))
     }
 
-    /// Shuts both nodes down (and the relay, if any).
+    /// What the world saw happen, as the one invariant checker's trace
+    /// (`abhyasa_check`, the same checker the abstract sweep and the
+    /// full-stack simulator use): the obligations alice was offered (held
+    /// or closed in her store), every decision of bob's applier to apply,
+    /// bob's durable ledger, and how custody ended at alice (her stored
+    /// terminal summaries with the attempts and escalation of each
+    /// outcome). Custody still pending is left out of AB-1 (a scenario may
+    /// end before a long deadline), not counted as closed.
+    pub async fn trace(&self) -> check::Trace {
+        let a = self
+            .alice
+            .durable_state()
+            .await
+            .unwrap_or_else(|e| panic!("{:?}: alice's durable state: {e}", self.backend));
+        let registry = abhyasa_core::polarity::PolarityRegistry::standard();
+        let alice = agent(ALICE);
+        let made = lock(&self.env.made).clone();
+        let mut trace = check::Trace::default();
+        for ob in made {
+            let id = ob.id();
+            let pending = a.custodian.pending.contains_key(id);
+            if !pending && !a.custodian.terminal.contains_key(id) {
+                continue;
+            }
+            let admissible = registry.classify(&ob).is_ok_and(|c| c.is_admissible());
+            trace.offers.push(check::Offer {
+                custodian: alice.clone(),
+                id: id.clone(),
+                admissible,
+                deadline_at: ob.deadline_at(),
+                max_retries: u64::from(ob.max_retries()),
+                sequence: ob.sequence(),
+            });
+            if pending {
+                trace.pending_at_end.push((alice.clone(), id.clone()));
+            }
+        }
+        for (id, t) in &a.custodian.terminal {
+            let o = self.outcome(id, Duration::from_secs(1)).await;
+            let outcome = match t.state {
+                TerminalState::Applied => check::Outcome::Applied,
+                TerminalState::Declined => check::Outcome::Declined(o.reason),
+                TerminalState::Escalated => check::Outcome::Escalated,
+                TerminalState::BestEffort => check::Outcome::BestEffort,
+            };
+            trace.terminals.push(check::Terminal {
+                custodian: alice.clone(),
+                id: id.clone(),
+                outcome,
+                attempts: u64::from(o.attempts.unwrap_or(1)),
+                escalation: o.escalation.as_ref().map(|e| e.guard),
+                principal_writes: None,
+            });
+        }
+        let b = self
+            .bob()
+            .durable_state()
+            .await
+            .unwrap_or_else(|e| panic!("{:?}: bob's durable state: {e}", self.backend));
+        trace.ledger = Some(
+            b.receiver
+                .ledger
+                .iter()
+                .map(|((c, id), l)| ((c.clone(), id.clone()), l.outcome))
+                .collect(),
+        );
+        trace.applier_applies = lock(&self.env.applies).clone();
+        trace
+    }
+
+    /// Runs the invariant checker over [`World::trace`] and fails the
+    /// scenario, naming its cell, on any violation. Every scenario ends
+    /// with it (through [`World::close`]).
+    pub async fn verify(&self) {
+        let trace = self.trace().await;
+        let violations = check::check(&trace);
+        assert!(
+            violations.is_empty(),
+            "{:?}: the invariant checker found {} violation(s):\n{}",
+            self.backend,
+            violations.len(),
+            violations
+                .iter()
+                .map(|v| format!("  {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    /// Checks the invariants ([`World::verify`]), then shuts both nodes
+    /// down (and the relay, if any).
     pub async fn close(mut self) -> Result<(), BoxError> {
+        if self.bob.is_some() {
+            self.verify().await;
+        }
         self.stop_bob().await?;
         self.alice.shutdown().await?;
         if let Some(r) = self.env.relay.take() {
