@@ -6,8 +6,9 @@
 //!
 //! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
 //! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
-//! C-SS-2, and C-TR-1 (the same bodies over every transport). Every body
-//! applies to every transport: none is skipped.
+//! C-SS-1, C-SS-2, C-SS-4, and C-TR-1 (the same bodies over every
+//! transport). Every body applies to every transport: none is skipped.
+//! Every body ends with the one invariant checker (`World::close`).
 //!
 //! ```sh
 //! cargo test -p abhyasa-conformance                 # every id, every cell
@@ -22,7 +23,7 @@ use std::time::Duration;
 use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
 use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
-use abhyasa_core::{AckStatus, DeclineReason, EscalationCause};
+use abhyasa_core::{AckStatus, DeclineReason, EscalationCause, GuardOutcome, Sequence};
 
 /// One `#[tokio::test]` per cell of the matrix for each scenario.
 macro_rules! matrix {
@@ -64,6 +65,8 @@ matrix!(
     c_dc_2_decline_policies,
     c_ab4_2_c_dl_1_deferral_then_expiry,
     c_ab4_4_late_applied_after_escalation,
+    c_ss_1_stale_fail_safe_applies_nothing,
+    c_ss_4_phala_fail_safes_stay_in_range,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -653,5 +656,123 @@ async fn c_ab4_4_late_applied_after_escalation(b: Backend) {
         1,
         "{b:?}"
     );
+    w.close().await.unwrap();
+}
+
+/// C-SS-1: principal side, a fail-safe older than the newest decision on
+/// its key applies nothing, and the escalation still fires. Alice's
+/// revocation of a scope at sequence 5 is applied; an older one (sequence
+/// 3) on the same scope, offered into a dead link, escalates at its
+/// deadline with its fail-safe reported superseded by 5, and the principal
+/// side still holds the sequence-5 decision.
+async fn c_ss_1_stale_fail_safe_applies_nothing(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    let newer = w.revoke("ss1-newer", "drive.read", 30, Some(5));
+    w.alice.offer(newer.clone()).await.unwrap();
+    assert_eq!(
+        w.outcome(newer.id(), WAIT).await.state,
+        TerminalState::Applied,
+        "{b:?}"
+    );
+    let held = |st: &abhyasa_core::store::DurableState| {
+        st.custodian.principal.iter().rev().find_map(|p| match p {
+            PrincipalWrite::Authorization { key, entry }
+                if key.to_string().contains("drive.read") =>
+            {
+                Some(entry.clone())
+            }
+            _ => None,
+        })
+    };
+    let before = held(&w.alice.durable_state().await.unwrap());
+    assert!(before.is_some(), "{b:?}: the newer decision is on the key");
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let older = w.revoke("ss1-older", "drive.read", 2, Some(3));
+    w.alice.offer(older.clone()).await.unwrap();
+    let o = w.outcome(older.id(), WAIT).await;
+    assert_eq!(
+        o.state,
+        TerminalState::Escalated,
+        "{b:?}: the escalation still fires"
+    );
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(
+        esc.guard,
+        GuardOutcome::Superseded {
+            newest: Sequence(5)
+        },
+        "{b:?}: the stale fail-safe applied nothing: {esc:?}"
+    );
+    let after = held(&w.alice.durable_state().await.unwrap());
+    assert_eq!(after, before, "{b:?}: the sequence-5 decision still stands");
+    w.alice_plug.cut(false);
+    w.bob_plug.cut(false);
+    w.close().await.unwrap();
+}
+
+/// C-SS-4: Phala deltas are unguarded and stay within the clip range under
+/// repeated fail-safes. Four corrective signals of -0.4 on one weight key,
+/// into a dead link, all escalate; each fail-safe is applied (no sequence
+/// guard on an additive key), the weight steps down 1.0 → 0.6 → 0.2 and is
+/// clipped at the floor, never below it.
+async fn c_ss_4_phala_fail_safes_stay_in_range(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let obs: Vec<_> = (0..4)
+        .map(|i| {
+            w.obligation(
+                &format!("ss4-{i}"),
+                abhyasa_core::polarity::PHALA_KIND,
+                serde_json::json!({"weight_delta": -0.4, "weight_key": "route-ss4"}),
+                2,
+            )
+        })
+        .collect();
+    for ob in &obs {
+        w.alice.offer(ob.clone()).await.unwrap();
+    }
+    for ob in &obs {
+        let o = w.outcome(ob.id(), WAIT).await;
+        assert_eq!(o.state, TerminalState::Escalated, "{b:?} {}", ob.id());
+        let esc = o.escalation.as_ref().expect("an escalation record");
+        assert_eq!(
+            esc.guard,
+            GuardOutcome::Applied,
+            "{b:?}: a Phala fail-safe is never superseded: {esc:?}"
+        );
+    }
+    let st = w.alice.durable_state().await.unwrap();
+    let weights: Vec<f64> = st
+        .custodian
+        .principal
+        .iter()
+        .filter_map(|p| match p {
+            PrincipalWrite::Weight { key, value } if key.to_string().contains("route-ss4") => {
+                Some(*value)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !weights.is_empty(),
+        "{b:?}: the fail-safes wrote the weight"
+    );
+    assert!(
+        weights.iter().all(|v| (0.0..=1.0).contains(v)),
+        "{b:?}: every weight within [floor, ceiling]: {weights:?}"
+    );
+    assert!(
+        weights.windows(2).all(|p| p[1] <= p[0]),
+        "{b:?}: each corrective fail-safe lowers (or holds) the weight: {weights:?}"
+    );
+    assert_eq!(
+        weights.last().copied(),
+        Some(0.0),
+        "{b:?}: 1.0 - 4 × 0.4 is clipped at the floor: {weights:?}"
+    );
+    w.alice_plug.cut(false);
+    w.bob_plug.cut(false);
     w.close().await.unwrap();
 }

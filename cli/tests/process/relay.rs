@@ -39,7 +39,13 @@ pub(crate) fn via_relay(snippet: &str) -> String {
 
 /// `abhyasa relay status --dir DIR --json`, if it answers.
 pub(crate) fn relay_status(dir: &Path) -> Option<Value> {
-    let out = abhyasa(&["relay", "status", "--dir", dir.to_str().expect("a UTF-8 path"), "--json"]);
+    let out = abhyasa(&[
+        "relay",
+        "status",
+        "--dir",
+        dir.to_str().expect("a UTF-8 path"),
+        "--json",
+    ]);
     if !out.status.success() {
         return None;
     }
