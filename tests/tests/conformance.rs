@@ -6,7 +6,7 @@
 //!
 //! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
 //! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
-//! C-SS-1, C-SS-2, C-SS-4, and C-TR-1 (the same bodies over every
+//! C-SS-1, C-SS-2, C-SS-3, C-SS-4, and C-TR-1 (the same bodies over every
 //! transport). Every body applies to every transport: none is skipped.
 //! Every body ends with the one invariant checker (`World::close`).
 //!
@@ -59,7 +59,7 @@ matrix!(
     c_ab4_1_total_loss,
     c_ab2_3_custodian_restart_mid_retry,
     c_ab3_3_receiver_restart_before_ack,
-    c_ss2_c_dc1_superseded_is_declined,
+    c_ss2_c_ss3_c_dc1_superseded_is_declined,
     c_ab4_3_recovery_into_dead_link,
     c_ac_1_unknown_kind_is_best_effort,
     c_dc_2_decline_policies,
@@ -340,11 +340,11 @@ async fn c_ab3_3_receiver_restart_before_ack(b: Backend) {
     w.close().await.unwrap();
 }
 
-/// C-SS-2, C-DC-1: a revocation with an older sequence on a key that
+/// C-SS-2, C-SS-3, C-DC-1: a revocation with an older sequence on a key that
 /// already applied a newer one is declined `superseded`; the decline
 /// discharges custody on its first attempt, with no retry and no
 /// escalation.
-async fn c_ss2_c_dc1_superseded_is_declined(b: Backend) {
+async fn c_ss2_c_ss3_c_dc1_superseded_is_declined(b: Backend) {
     let w = World::new(b, Schedule::PATIENT).await.unwrap();
     let newer = w.revoke("newer", "calendar.write", 30, Some(5));
     w.alice.offer(newer.clone()).await.unwrap();
@@ -353,12 +353,35 @@ async fn c_ss2_c_dc1_superseded_is_declined(b: Backend) {
         TerminalState::Applied,
         "{b:?}"
     );
+    let principal_before =
+        authorization_entry(&w.alice.durable_state().await.unwrap(), "calendar.write");
     let older = w.revoke("older", "calendar.write", 30, Some(3));
     w.alice.offer(older.clone()).await.unwrap();
     let o = w.outcome(older.id(), WAIT).await;
     assert_eq!(o.state, TerminalState::Declined, "{b:?}: {o:?}");
     assert_eq!(o.reason, Some(DeclineReason::Superseded), "{b:?}");
     let st = w.alice.durable_state().await.unwrap();
+    // C-SS-3: both guards compose. The receiver's guard declined the stale
+    // obligation; the decline's safe(O) met the principal-side guard and
+    // was dropped: neither side regressed to sequence 3.
+    assert_eq!(
+        authorization_entry(&st, "calendar.write"),
+        principal_before,
+        "{b:?}: the principal side still holds the sequence-5 decision"
+    );
+    let bob_st = w.bob().durable_state().await.unwrap();
+    let on_key: Vec<_> = bob_st
+        .receiver
+        .key_sequences
+        .iter()
+        .filter(|(k, _)| k.to_string().contains("calendar.write"))
+        .map(|(_, (seq, id))| (seq.0, id.to_string()))
+        .collect();
+    assert_eq!(
+        on_key,
+        vec![(5, "newer".to_string())],
+        "{b:?}: the receiver's key still at sequence 5"
+    );
     assert!(
         st.custodian.escalations.is_empty(),
         "{b:?}: a decline is not an escalation"
@@ -376,6 +399,20 @@ async fn c_ss2_c_dc1_superseded_is_declined(b: Backend) {
         "{b:?}: no retry after a decline"
     );
     w.close().await.unwrap();
+}
+
+/// The principal-side authorization entry (state, sequence, source) alice
+/// holds on the key naming `needle`, if any (later writes win).
+fn authorization_entry(
+    st: &abhyasa_core::store::DurableState,
+    needle: &str,
+) -> Option<abhyasa_core::principal::AuthorizationEntry> {
+    st.custodian.principal.iter().rev().find_map(|w| match w {
+        PrincipalWrite::Authorization { key, entry } if key.to_string().contains(needle) => {
+            Some(entry.clone())
+        }
+        _ => None,
+    })
 }
 
 /// The principal-side authorization alice holds on the key naming
@@ -674,17 +711,7 @@ async fn c_ss_1_stale_fail_safe_applies_nothing(b: Backend) {
         TerminalState::Applied,
         "{b:?}"
     );
-    let held = |st: &abhyasa_core::store::DurableState| {
-        st.custodian.principal.iter().rev().find_map(|p| match p {
-            PrincipalWrite::Authorization { key, entry }
-                if key.to_string().contains("drive.read") =>
-            {
-                Some(entry.clone())
-            }
-            _ => None,
-        })
-    };
-    let before = held(&w.alice.durable_state().await.unwrap());
+    let before = authorization_entry(&w.alice.durable_state().await.unwrap(), "drive.read");
     assert!(before.is_some(), "{b:?}: the newer decision is on the key");
     w.bob_plug.cut(true);
     w.alice_plug.cut(true);
@@ -704,7 +731,7 @@ async fn c_ss_1_stale_fail_safe_applies_nothing(b: Backend) {
         },
         "{b:?}: the stale fail-safe applied nothing: {esc:?}"
     );
-    let after = held(&w.alice.durable_state().await.unwrap());
+    let after = authorization_entry(&w.alice.durable_state().await.unwrap(), "drive.read");
     assert_eq!(after, before, "{b:?}: the sequence-5 decision still stands");
     w.alice_plug.cut(false);
     w.bob_plug.cut(false);
