@@ -836,8 +836,9 @@ impl World {
     /// or closed in her store), every decision of bob's applier to apply,
     /// bob's durable ledger, and how custody ended at alice (her stored
     /// terminal summaries with the attempts and escalation of each
-    /// outcome). Custody still pending is left out of AB-1 (a scenario may
-    /// end before a long deadline), not counted as closed.
+    /// outcome). Custody still pending when the trace is taken goes into
+    /// `pending_at_end`, which the checker reports as AB-1: every scenario
+    /// waits for the outcome of everything it offered before it closes.
     pub async fn trace(&self) -> check::Trace {
         let a = self
             .alice

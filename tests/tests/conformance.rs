@@ -418,12 +418,7 @@ fn authorization_entry(
 /// The principal-side authorization alice holds on the key naming
 /// `needle`, if any (later writes win).
 fn authorization(st: &abhyasa_core::store::DurableState, needle: &str) -> Option<Authorization> {
-    st.custodian.principal.iter().rev().find_map(|w| match w {
-        PrincipalWrite::Authorization { key, entry } if key.to_string().contains(needle) => {
-            Some(entry.state)
-        }
-        _ => None,
-    })
+    authorization_entry(st, needle).map(|e| e.state)
 }
 
 /// C-AB4-3: the custodian is down across the deadline of a transfer it
