@@ -82,8 +82,9 @@ for r in $(seq 1 "$ROUNDS"); do
     "$PEERS" jetstream --port "$NATS_PORT" "${PEER_ARGS[@]}" >> "$RESULTS"
 done
 
-MOSQ_V="$(mosquitto -h 2>/dev/null | head -1 | awk '{print $3}')"
-NATS_V="$(nats-server --version 2>/dev/null | awk '{print $2}')"
+# `mosquitto -h` exits non-zero after printing its version: keep going.
+MOSQ_V="$( (mosquitto -h 2>/dev/null || true) | head -1 | awk '{print $3}')"
+NATS_V="$( (nats-server --version 2>/dev/null || true) | awk '{print $2}')"
 python3 - "$RESULTS" "$ROUNDS" "$COUNT" "$SIZE" "$INFLIGHT" "$RATE" "$MOSQ_V" "$NATS_V" "$STORE" <<'EOF'
 import json, statistics, sys
 path, rounds, count, size, inflight, rate, mosq, nats, store = sys.argv[1:]
