@@ -143,16 +143,47 @@ impl ObligationRow {
         }
     }
 
+    /// Whether this row holds exactly `ob`'s immutable fields: the write
+    /// path's read-back check. `ob` was validated when it was built, and
+    /// its canonical payload parses back to the same payload (C-T-5, the
+    /// builder refuses a number that would not), so equal fields rebuild
+    /// `ob` on load without parsing, canonicalising and hashing it again
+    /// on every commit (issue 14).
+    pub(crate) fn holds(&self, ob: &Obligation) -> bool {
+        self.id == ob.id().as_str()
+            && self.kind == ob.kind().as_str()
+            && self.target == ob.target().as_str()
+            && self.payload == ob.payload().canonical_json()
+            && self.deadline_seconds == ob.deadline_seconds()
+            && self.max_retries == ob.max_retries()
+            && self.created_at == ob.created_at().unix_micros()
+            && self.sequence == ob.sequence().map(|s| s.0)
+    }
+
+    /// `ob` if this row holds it (see [`ObligationRow::holds`]).
+    fn read_back(
+        &self,
+        ob: &Obligation,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<Obligation, StoreError> {
+        if self.holds(ob) {
+            Ok(ob.clone())
+        } else {
+            Err(corrupt(table, key, "the obligation reads back different"))
+        }
+    }
+
     /// Rebuilds the obligation (validating every field again).
-    pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<Obligation, StoreError> {
+    pub(crate) fn build(&self, table: &'static str, key: &[u8]) -> Result<Obligation, StoreError> {
         let payload: serde_json::Value = serde_json::from_str(&self.payload)
             .map_err(|e| corrupt(table, key, format!("payload: {e}")))?;
         let deadline = i64::try_from(self.deadline_seconds)
             .map_err(|_| corrupt(table, key, "deadline_seconds out of range"))?;
         let mut b = Obligation::builder()
-            .id(self.id)
-            .kind(self.kind)
-            .target(self.target)
+            .id(self.id.as_str())
+            .kind(self.kind.as_str())
+            .target(self.target.as_str())
             .payload(payload)
             .deadline_seconds(deadline)
             .max_retries(i64::from(self.max_retries))
@@ -266,6 +297,27 @@ impl PendingRow {
         key: &[u8],
     ) -> Result<PendingRecord, StoreError> {
         let obligation = self.obligation.build(table, key)?;
+        self.finish(obligation, table, key)
+    }
+
+    /// The record this row reads back as, given the obligation it was
+    /// written from (the write path's check, without rebuilding `ob`).
+    pub(crate) fn read_back(
+        self,
+        ob: &Obligation,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<PendingRecord, StoreError> {
+        let obligation = self.obligation.read_back(ob, table, key)?;
+        self.finish(obligation, table, key)
+    }
+
+    fn finish(
+        self,
+        obligation: Obligation,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<PendingRecord, StoreError> {
         if obligation.digest().0 != self.digest {
             return Err(corrupt(
                 table,
@@ -406,6 +458,35 @@ impl LedgerRow {
     }
 
     pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<LedgerRecord, StoreError> {
+        let obligation = match &self.obligation {
+            Some(o) => Some(o.build(table, key)?),
+            None => None,
+        };
+        self.finish(obligation, table, key)
+    }
+
+    /// The record this row reads back as, given the obligation it was
+    /// written from (the write path's check, without rebuilding it).
+    pub(crate) fn read_back(
+        self,
+        ob: Option<&Obligation>,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<LedgerRecord, StoreError> {
+        let obligation = match (&self.obligation, ob) {
+            (Some(row), Some(ob)) => Some(row.read_back(ob, table, key)?),
+            (None, None) => None,
+            _ => return Err(corrupt(table, key, "the obligation reads back different")),
+        };
+        self.finish(obligation, table, key)
+    }
+
+    fn finish(
+        self,
+        obligation: Option<Obligation>,
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<LedgerRecord, StoreError> {
         let (custodian, obligation_id) = split_pair_key(table, key)?;
         let effect = self
             .effect
@@ -419,10 +500,6 @@ impl LedgerRow {
             .collect::<Result<Vec<_>, StoreError>>()?;
         let key_sequence = match self.key_sequence {
             Some((k, s)) => Some((id::<GovernedKey>(table, key, k.as_bytes())?, Sequence(s))),
-            None => None,
-        };
-        let obligation = match self.obligation {
-            Some(o) => Some(o.build(table, key)?),
             None => None,
         };
         Ok(LedgerRecord {
@@ -453,4 +530,47 @@ pub(crate) fn parse_u64_key(table: &'static str, key: &[u8]) -> Result<u64, Stor
         .try_into()
         .map_err(|_| corrupt(table, key, "expected an 8-byte key"))?;
     Ok(u64::from_be_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn ob(id: &str, delta: f64, seq: Option<u64>) -> Obligation {
+        let mut b = Obligation::builder()
+            .id(id)
+            .kind("phala.belief_update")
+            .target("receiver")
+            .payload(
+                serde_json::json!({"weight_delta": delta, "weight_key": "w", "note": "é\u{1F600}"}),
+            )
+            .deadline_seconds(600)
+            .max_retries(9)
+            .created_at(Timestamp::from_unix_seconds(1_780_000_000));
+        if let Some(s) = seq {
+            b = b.sequence(s);
+        }
+        b.build().unwrap()
+    }
+
+    // The write path's cheap read-back (issue 14) agrees with the full
+    // rebuild load() does, and refuses a row of any other obligation.
+    #[test]
+    fn read_back_agrees_with_the_full_rebuild_and_refuses_another_obligation() {
+        let a = ob("a", -0.9625043415580151, Some(3));
+        let row = || ObligationRow::of(&a);
+        assert!(row().holds(&a));
+        assert_eq!(row().build("t", b"a").unwrap(), a);
+        assert_eq!(row().read_back(&a, "t", b"a").unwrap(), a);
+        for other in [
+            ob("b", -0.9625043415580151, Some(3)),
+            ob("a", -0.5, Some(3)),
+            ob("a", -0.9625043415580151, None),
+            ob("a", -0.9625043415580151, Some(4)),
+        ] {
+            assert!(!row().holds(&other), "{other:?}");
+            assert!(row().read_back(&other, "t", b"a").is_err());
+        }
+    }
 }

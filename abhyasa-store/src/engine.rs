@@ -327,7 +327,8 @@ fn verified<R: PartialEq>(
 fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<Vec<u8>, StoreError> {
     const T: &str = "custody_pending";
     let bytes = to_bytes(T, k, &PendingRow::of(p))?;
-    let back = from_bytes::<PendingRow>(T, k, &bytes).and_then(|r| r.build(T, k));
+    let back =
+        from_bytes::<PendingRow>(T, k, &bytes).and_then(|r| r.read_back(&p.obligation, T, k));
     verified(T, k, bytes, back, p)
 }
 
@@ -335,7 +336,8 @@ fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<Vec<u8>, StoreError> {
 fn ledger_bytes(k: &[u8], l: &LedgerRecord) -> Result<Vec<u8>, StoreError> {
     const T: &str = "receiver_ledger";
     let bytes = to_bytes(T, k, &LedgerRow::of(l))?;
-    let back = from_bytes::<LedgerRow>(T, k, &bytes).and_then(|r| r.build(T, k));
+    let back = from_bytes::<LedgerRow>(T, k, &bytes)
+        .and_then(|r| r.read_back(l.obligation.as_ref(), T, k));
     verified(T, k, bytes, back, l)
 }
 
