@@ -4,6 +4,7 @@
 //! cargo run --release -p abhyasa-store --example store_bench            # 1,000,000 pending
 //! cargo run --release -p abhyasa-store --example store_bench -- --quick # 100,000, fewer commits
 //! cargo run --release -p abhyasa-store --example store_bench -- --pending 250000
+//! cargo run --release -p abhyasa-store --example store_bench -- --only-throughput
 //! ```
 //!
 //! Prints, per backend: committed obligations/s and CPU microseconds per
@@ -325,6 +326,9 @@ fn main() {
         for (batch, sled, redb) in cpu {
             println!("{:>28} {sled:>14.1} {redb:>14.1}", format!("batch {batch}"));
         }
+    }
+    if args.iter().any(|a| a == "--only-throughput") {
+        return;
     }
     println!();
     println!("{pending} pending obligations (opened in batches of 4096):");

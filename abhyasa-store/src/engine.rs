@@ -520,15 +520,18 @@ fn commit_records(
     let first = next_event(txn.get(Table::Meta, META_NEXT_EVENT)?)?;
     let mut event = first;
     let mut records = 0;
+    let mut log = Vec::new();
     for r in batches.iter().flat_map(|b| b.iter()) {
         apply(txn, event, r)?;
-        let k = u64_key(event);
-        let row = (now.unix_micros(), LogEvent::of(r));
-        txn.put(Table::Events, &k, &to_bytes("events", &k, &row)?)?;
+        log.push(LogEvent::of(r));
         event += 1;
         records += 1;
     }
     if event != first {
+        // The commit's events, one row (an event block; see `EventRow`).
+        let k = block_key(event - 1);
+        let row = (now.unix_micros(), first, log);
+        txn.put(Table::Events, &k, &to_bytes("events", &k, &row)?)?;
         txn.put(Table::Meta, META_NEXT_EVENT, &u64_key(event))?;
     }
     Ok(Committed {
@@ -582,8 +585,7 @@ fn decode_row(t: Table, k: &[u8], b: &[u8]) -> Result<Row, StoreError> {
             from_json::<IntentRecord>(name, k, b)?,
         ),
         Table::Events => {
-            parse_u64_key(name, k)?;
-            let _: (i64, LogEvent) = from_bytes(name, k, b)?;
+            EventRow::decode(k, b)?;
             Row::Event
         }
         Table::Meta | Table::Quarantine | Table::Index => {
@@ -741,6 +743,62 @@ pub(crate) fn quarantined(v: &dyn View) -> Result<Vec<QuarantinedRow>, StoreErro
     Ok(out)
 }
 
+/// The key of the event block whose last event is `last`: the event id
+/// (big-endian, so key order is id order) and a tag byte, which sets a
+/// block apart from the one-event rows earlier builds wrote (8-byte keys)
+/// and sorts it after any such row of the same id.
+fn block_key(last: u64) -> [u8; 9] {
+    let mut k = [BLOCK_TAG; 9];
+    k[..8].copy_from_slice(&u64_key(last));
+    k
+}
+
+/// The tag byte of an event block's key.
+const BLOCK_TAG: u8 = 1;
+
+/// One row of the event log. A commit writes its events as one block (one
+/// write per commit instead of one per record: issue 14, the log doubled
+/// every write); rows of one event each, keyed by the bare id, are what
+/// format 2 wrote before blocks and still read.
+struct EventRow {
+    /// When the commit happened.
+    at: i64,
+    /// The id of the first event.
+    first: u64,
+    /// The events, ids `first..`.
+    events: Vec<LogEvent>,
+}
+
+impl EventRow {
+    fn decode(k: &[u8], b: &[u8]) -> Result<Self, StoreError> {
+        const T: &str = "events";
+        match k.len() {
+            8 => {
+                let (at, event): (i64, LogEvent) = from_bytes(T, k, b)?;
+                Ok(Self {
+                    at,
+                    first: parse_u64_key(T, k)?,
+                    events: vec![event],
+                })
+            }
+            9 if k[8] == BLOCK_TAG => {
+                let last = parse_u64_key(T, &k[..8])?;
+                let (at, first, events): (i64, u64, Vec<LogEvent>) = from_bytes(T, k, b)?;
+                let n = u64::try_from(events.len()).unwrap_or(u64::MAX);
+                if n == 0 || first.checked_add(n - 1) != Some(last) {
+                    return Err(corrupt(
+                        T,
+                        k,
+                        format!("a block of {n} events from {first} does not end at {last}"),
+                    ));
+                }
+                Ok(Self { at, first, events })
+            }
+            _ => Err(corrupt(T, k, "not an event id or an event block key")),
+        }
+    }
+}
+
 /// Reads up to `limit` log events from `from`.
 pub(crate) fn events(
     v: &dyn View,
@@ -751,15 +809,25 @@ pub(crate) fn events(
     if limit == 0 {
         return Ok(out);
     }
+    // A block is keyed by its last event: the scan from `from` starts at
+    // the row holding `from` (a block whose last event is >= `from`).
     v.scan(Table::Events, &u64_key(from.0), &mut |k, b| {
-        let id = parse_u64_key("events", k)?;
-        let (at, event): (i64, LogEvent) = from_bytes("events", k, b)?;
-        out.push(StoredEvent {
-            id: EventId(id),
-            at: Timestamp::from_unix_micros(at),
-            event,
-        });
-        Ok(out.len() < limit)
+        let row = EventRow::decode(k, b)?;
+        let at = Timestamp::from_unix_micros(row.at);
+        for (id, event) in (row.first..).zip(row.events) {
+            if id < from.0 {
+                continue;
+            }
+            out.push(StoredEvent {
+                id: EventId(id),
+                at,
+                event,
+            });
+            if out.len() >= limit {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     })?;
     Ok(out)
 }
@@ -802,10 +870,10 @@ pub(crate) fn plan_compaction(
         Ok(true)
     })?;
     v.scan(Table::Events, &[], &mut |k, b| {
-        let (at, _): (i64, LogEvent) = from_bytes("events", k, b)?;
-        if past_retention(Timestamp::from_unix_micros(at), now, retention) {
+        let row = EventRow::decode(k, b)?;
+        if past_retention(Timestamp::from_unix_micros(row.at), now, retention) {
             dels.push((Table::Events, k.to_vec()));
-            out.events += 1;
+            out.events += row.events.len() as u64;
         }
         Ok(true)
     })?;

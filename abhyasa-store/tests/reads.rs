@@ -331,3 +331,122 @@ fn quarantine_rebuilds_the_indexes_c_nd_5() {
         assert_indexes_match(s.as_ref(), at(2), &format!("{kind:?} after quarantine"));
     }
 }
+
+/// Splits every event block of the database at `path` into the one-event
+/// rows (8-byte id keys, `(at, event)` values) that builds before blocks
+/// wrote, as an old database holds them.
+fn split_event_blocks(kind: Kind, path: &std::path::Path) {
+    use abhyasa_core::store::LogEvent;
+    let split = |k: &[u8], v: &[u8]| -> Vec<([u8; 8], Vec<u8>)> {
+        assert_eq!(k.len(), 9, "a block key");
+        let (at, first, events): (i64, u64, Vec<LogEvent>) = postcard::from_bytes(v).unwrap();
+        (first..)
+            .zip(events)
+            .map(|(id, e)| (id.to_be_bytes(), postcard::to_allocvec(&(at, e)).unwrap()))
+            .collect()
+    };
+    match kind {
+        Kind::Sled => {
+            let db = sled::open(path).unwrap();
+            let t = db.open_tree("events").unwrap();
+            let rows: Vec<_> = t.iter().map(|r| r.unwrap()).collect();
+            for (k, v) in rows {
+                t.remove(&k).unwrap();
+                for (id, row) in split(&k, &v) {
+                    t.insert(id, row).unwrap();
+                }
+            }
+            db.flush().unwrap();
+        }
+        _ => {
+            let db = redb::Database::create(path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("events");
+                let mut t = tx.open_table(def).unwrap();
+                let rows: Vec<(Vec<u8>, Vec<u8>)> = redb::ReadableTable::iter(&t)
+                    .unwrap()
+                    .map(|r| {
+                        let (k, v) = r.unwrap();
+                        (k.value().to_vec(), v.value().to_vec())
+                    })
+                    .collect();
+                for (k, v) in rows {
+                    t.remove(k.as_slice()).unwrap();
+                    for (id, row) in split(&k, &v) {
+                        t.insert(&id[..], row.as_slice()).unwrap();
+                    }
+                }
+            }
+            tx.commit().unwrap();
+        }
+    }
+}
+
+// A commit writes its events as one block (issue 14); the one-event rows
+// a database written before blocks holds still read, in id order with the
+// blocks after them, from any position, and compact with them.
+#[test]
+fn event_rows_from_before_blocks_read_and_compact_with_blocks() {
+    use abhyasa_core::store::{EventId, LogEvent};
+    for kind in DISK {
+        let dir = tempfile::tempdir().unwrap();
+        let path = disk_path(kind, dir.path());
+        let ob = Obligation::builder()
+            .id("ev-1")
+            .kind("anumati.consent")
+            .target("receiver")
+            .payload(serde_json::json!({"decision": "revoke", "scope": "s"}))
+            .deadline_seconds(60)
+            .max_retries(20)
+            .created_at(at(0))
+            .build()
+            .unwrap();
+        let mut c = Custodian::new(custodian_config(), PolarityRegistry::standard());
+        c.offer(at(0), ob.clone()).unwrap();
+        let opened = c.poll_records().unwrap().records;
+        let attempt = |n| Record::AttemptMade {
+            obligation_id: ob.id().clone(),
+            attempts: n,
+            next_at: at(5),
+        };
+        {
+            let mut s = open_disk(kind, &path).unwrap();
+            let _ = s.commit(at(0), &[&opened, &[attempt(2)]]).unwrap();
+        }
+        split_event_blocks(kind, &path);
+        let mut s = open_disk(kind, &path).unwrap();
+        let c2 = s.commit(at(1), &[&[attempt(3), attempt(4)]]).unwrap();
+        assert_eq!(c2.first_event, EventId(2), "{kind:?}");
+        let all = s.events(EventId(0), 100).unwrap();
+        assert_eq!(
+            all.iter().map(|e| (e.id.0, e.at)).collect::<Vec<_>>(),
+            vec![(0, at(0)), (1, at(0)), (2, at(1)), (3, at(1))],
+            "{kind:?}"
+        );
+        assert!(matches!(all[0].event, LogEvent::CustodyOpened { .. }));
+        assert!(matches!(
+            all[3].event,
+            LogEvent::AttemptMade { attempts: 4, .. }
+        ));
+        // From inside the old rows into a block, and from inside a block.
+        let ids = |from, n| {
+            s.events(EventId(from), n)
+                .unwrap()
+                .iter()
+                .map(|e| e.id.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(1, 2), vec![1, 2], "{kind:?}");
+        assert_eq!(ids(3, 9), vec![3], "{kind:?}");
+        assert_eq!(ids(4, 9), Vec::<u64>::new(), "{kind:?}");
+        let far = at(1)
+            .saturating_add(abhyasa_core::store::DEFAULT_RETENTION)
+            .saturating_add(Duration::from_secs(120));
+        let removed = s
+            .compact(far, abhyasa_core::store::DEFAULT_RETENTION)
+            .unwrap();
+        assert_eq!(removed.events, 4, "{kind:?}: every event counted once");
+        assert!(s.events(EventId(0), 100).unwrap().is_empty(), "{kind:?}");
+    }
+}
