@@ -31,6 +31,7 @@
 //! defer), and alice holds one kind ([`SURFACE_KIND`]) under the
 //! "surface" decline policy.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,9 +44,11 @@ use abhyasa_core::custody::{
     Applier, ApplyContext, ApplyDecision, CustodyProfile, LedgerOutcome, Record, StandardApplier,
     TerminalState,
 };
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::store::SimStore;
 use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
 };
 use abhyasa_core::{
     AgentId, DeclinePolicy, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff, Timestamp,
@@ -127,7 +130,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Debug)]
 struct PlugState {
     drop: f64,
     duplicate: f64,
@@ -138,7 +140,11 @@ struct PlugState {
     passed: u64,
     dropped: u64,
     duplicated: u64,
+    observer: Option<Observer>,
 }
+
+/// A hook that sees every item a [`Plug`] receives, before its faults.
+pub type Observer = Arc<dyn Fn(&Incoming) + Send + Sync>;
 
 /// Inbound faults at a node's edge: each received frame is dropped with
 /// probability `drop`, else delivered twice with probability `duplicate`;
@@ -149,7 +155,12 @@ struct PlugState {
 /// `hold` delays instead of dropping: frames are kept, in order, until the
 /// hold is released, then delivered once each (a late ack, a redelivery
 /// that arrives past its deadline).
-#[derive(Debug, Clone)]
+///
+/// An observer ([`Plug::observe`]) sees every item the transport hands
+/// the plug, before any fault: what crossed the wire to this node's edge,
+/// whatever the plug then does with it (C-AB1-2 checks each obligation
+/// frame against what the custodian had made durable).
+#[derive(Clone)]
 pub struct Plug(Arc<Mutex<PlugState>>, Arc<tokio::sync::Notify>);
 
 impl Plug {
@@ -166,9 +177,17 @@ impl Plug {
                 passed: 0,
                 dropped: 0,
                 duplicated: 0,
+                observer: None,
             })),
             Arc::new(tokio::sync::Notify::new()),
         )
+    }
+
+    /// Calls `f` on every item the transport delivers to this plug from
+    /// now on (frames and connection events), before drops, duplicates,
+    /// cuts or holds. `f` runs on the plug's task: keep it short.
+    pub fn observe(&self, f: impl Fn(&Incoming) + Send + Sync + 'static) {
+        lock(&self.0).observer = Some(Arc::new(f));
     }
 
     /// Holds every frame from now on (`true`), or delivers what was held
@@ -244,6 +263,10 @@ impl Plug {
                         continue;
                     }
                 };
+                let observer = lock(&plug.0).observer.clone();
+                if let Some(f) = observer {
+                    f(&item);
+                }
                 let n = match &item {
                     Incoming::Frame { .. } => {
                         let mut s = lock(&plug.0);
@@ -267,6 +290,165 @@ impl Plug {
             handle,
             incoming: rx,
         }
+    }
+}
+
+/// One custody attempt as alice's store made it durable: the record that
+/// counted it (`CustodyOpened` for attempt 1, `AttemptMade` after), the
+/// `now` its commit was stamped with, and the next attempt's due time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableAttempt {
+    /// The obligation.
+    pub id: ObligationId,
+    /// Attempts made, this one included.
+    pub attempts: u32,
+    /// When the custodian scheduled the next attempt.
+    pub next_at: Timestamp,
+    /// The `now` passed to the commit that made it durable (taken by the
+    /// driver when it started the commit, so never before the attempt was
+    /// decided).
+    pub commit_now: Timestamp,
+    /// When custody was opened (attempt 1 only).
+    pub offered_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Default)]
+struct ProbeState {
+    delay: Duration,
+    durable: HashMap<ObligationId, u32>,
+    attempts: Vec<DurableAttempt>,
+}
+
+/// What alice's store has made durable, seen from a wrapper around it
+/// ([`Probed`]; every [`Disk`] of a world's custodian is wrapped).
+///
+/// The wrapper records a commit's custody attempts only after the inner
+/// store's `commit` returned `Ok`: whatever the probe holds was durable
+/// (AB-1). It can also slow each commit down ([`Probe::delay_commits`]),
+/// so a driver that released a transmit before its commit returned would
+/// show that transmit arriving before the probe holds its attempt
+/// (C-AB1-2).
+#[derive(Debug, Clone, Default)]
+pub struct Probe(Arc<Mutex<ProbeState>>);
+
+impl Probe {
+    /// Sleeps `d` at the start of every commit, before the inner store
+    /// commits (`Duration::ZERO`: no delay).
+    pub fn delay_commits(&self, d: Duration) {
+        lock(&self.0).delay = d;
+    }
+
+    /// The attempts of `id` that are durable (0: custody not yet durable).
+    pub fn durable_attempts(&self, id: &ObligationId) -> u32 {
+        lock(&self.0).durable.get(id).copied().unwrap_or(0)
+    }
+
+    /// Every custody attempt made durable so far, in commit order.
+    pub fn attempts(&self) -> Vec<DurableAttempt> {
+        lock(&self.0).attempts.clone()
+    }
+
+    /// Notes what a successful commit of `batches` at `now` made durable,
+    /// folding as the stores do: a replayed open changes nothing, attempt
+    /// counts only grow.
+    fn committed(&self, now: Timestamp, batches: &[&[Record]]) {
+        let mut s = lock(&self.0);
+        for r in batches.iter().flat_map(|b| b.iter()) {
+            let a = match r {
+                Record::CustodyOpened { pending, .. } => {
+                    let id = pending.obligation.id();
+                    if s.durable.contains_key(id) {
+                        continue;
+                    }
+                    DurableAttempt {
+                        id: id.clone(),
+                        attempts: pending.attempts,
+                        next_at: pending.next_at,
+                        commit_now: now,
+                        offered_at: Some(pending.offered_at),
+                    }
+                }
+                Record::AttemptMade {
+                    obligation_id,
+                    attempts,
+                    next_at,
+                } => DurableAttempt {
+                    id: obligation_id.clone(),
+                    attempts: *attempts,
+                    next_at: *next_at,
+                    commit_now: now,
+                    offered_at: None,
+                },
+                _ => continue,
+            };
+            let n = s.durable.entry(a.id.clone()).or_insert(0);
+            *n = (*n).max(a.attempts);
+            s.attempts.push(a);
+        }
+    }
+}
+
+/// A store wrapped by a [`Probe`]: forwards every method of the trait
+/// (the defaulted ones too, so an indexed backend keeps answering from
+/// its indexes), delaying and observing commits.
+pub struct Probed {
+    inner: Box<dyn Store>,
+    probe: Probe,
+}
+
+impl Store for Probed {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn format_version(&self) -> u32 {
+        self.inner.format_version()
+    }
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        let delay = lock(&self.probe.0).delay;
+        if !delay.is_zero() {
+            // The store thread is blocking by design; so is this sleep.
+            std::thread::sleep(delay);
+        }
+        let c = self.inner.commit(now, batches)?;
+        self.probe.committed(now, batches);
+        Ok(c)
+    }
+    fn load(&self) -> Result<DurableState, StoreError> {
+        self.inner.load()
+    }
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        self.inner.inbox(now)
+    }
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        self.inner.list(state, after, limit)
+    }
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        self.inner.escalations(after, limit)
+    }
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        self.inner.decisions(after, limit)
+    }
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner.events(from, limit)
+    }
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        self.inner.compact(now, retention)
+    }
+    fn health(&self) -> Result<(), StoreError> {
+        self.inner.health()
     }
 }
 
@@ -419,6 +601,8 @@ struct Env {
     pg_prefix: String,
     /// Bob's applier's decisions to apply, across restarts.
     applies: Applies,
+    /// What alice's store made durable (every store of hers is wrapped).
+    probe: Probe,
     /// Every obligation a scenario built (the candidates for the trace's
     /// offers: those alice holds or closed were offered).
     made: Arc<Mutex<Vec<Obligation>>>,
@@ -592,7 +776,13 @@ impl Env {
                 Err(e) => return Err(e),
             }
         };
-        let store = self.store(name).await?;
+        let mut store = self.store(name).await?;
+        if name == ALICE {
+            store = Box::new(Probed {
+                inner: store,
+                probe: self.probe.clone(),
+            });
+        }
         Ok(Node::open(self.options(name), store, t).await?)
     }
 }
@@ -669,6 +859,7 @@ impl World {
             http_ports,
             pg_prefix: unique_prefix(),
             applies: Applies::default(),
+            probe: Probe::default(),
             made: Arc::default(),
         };
         let bob = env.open_node(BOB).await?;
@@ -683,6 +874,11 @@ impl World {
         };
         w.wait_connected().await?;
         Ok(w)
+    }
+
+    /// What alice's store has made durable (C-AB1-2, C-AB2-2).
+    pub fn alice_probe(&self) -> &Probe {
+        &self.env.probe
     }
 
     /// The receiver (panics when it is stopped: a scenario bug).

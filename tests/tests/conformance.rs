@@ -17,13 +17,18 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
 use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
-use abhyasa_core::{AckStatus, DeclineReason, EscalationCause, GuardOutcome, Sequence};
+use abhyasa_core::wire::Message;
+use abhyasa_core::{
+    AckStatus, DeclineReason, EscalationCause, GuardOutcome, ObligationId, Sequence,
+};
+use abhyasa_transport::Incoming;
 
 /// One `#[tokio::test]` per cell of the matrix for each scenario.
 macro_rules! matrix {
@@ -67,6 +72,7 @@ matrix!(
     c_ab4_4_late_applied_after_escalation,
     c_ss_1_stale_fail_safe_applies_nothing,
     c_ss_4_phala_fail_safes_stay_in_range,
+    c_ab1_2_durable_before_first_transmit,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -796,5 +802,119 @@ async fn c_ss_4_phala_fail_safes_stay_in_range(b: Backend) {
     );
     w.alice_plug.cut(false);
     w.bob_plug.cut(false);
+    w.close().await.unwrap();
+}
+
+/// What bob's edge saw of alice's obligations (C-AB1-2).
+#[derive(Debug, Default)]
+struct Arrivals {
+    /// Obligation frames per id, as the transport delivered them.
+    count: HashMap<ObligationId, u32>,
+    /// Arrivals of an obligation whose custody was not yet durable.
+    before_durable: Vec<String>,
+    /// Arrivals beyond the attempts durable at the time.
+    beyond_attempts: Vec<String>,
+    /// Whether bob's edge saw a connection end (see below).
+    disconnected: bool,
+}
+
+/// C-AB1-2: the obligation is durable before the first transmit, and so
+/// is every retry's attempt count. Alice's commits are slowed (150 ms
+/// each, before the inner store commits); bob's edge checks every
+/// obligation frame that reaches it against what alice's store had
+/// made durable at that moment: custody open, and at least as many
+/// attempts as arrivals of that id so far. Drops at bob's edge force
+/// retries (every id arrives at least twice).
+///
+/// One send is one arrival on every transport here (the HTTP client makes
+/// one POST per send and never retries it; QUIC, WebSocket and the
+/// in-memory network deliver a frame once), except that a relay pushes
+/// again what it had pushed on a connection that ended (the destination
+/// dedups, AB-3). So the per-id count is asserted only while bob's edge
+/// saw no disconnect; "durable before the first transmit" always.
+async fn c_ab1_2_durable_before_first_transmit(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    let probe = w.alice_probe().clone();
+    probe.delay_commits(Duration::from_millis(150));
+    let seen = Arc::new(Mutex::new(Arrivals::default()));
+    {
+        let seen = seen.clone();
+        let probe = probe.clone();
+        w.bob_plug.observe(move |i| {
+            let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+            match i {
+                Incoming::Frame { envelope, .. } => {
+                    if let Message::Obligation(ob) = &envelope.message {
+                        let k = {
+                            let k = s.count.entry(ob.id().clone()).or_insert(0);
+                            *k += 1;
+                            *k
+                        };
+                        match probe.durable_attempts(ob.id()) {
+                            0 => s.before_durable.push(format!(
+                                "{}: arrival {k} before its custody was durable",
+                                ob.id()
+                            )),
+                            d if k > d => s.beyond_attempts.push(format!(
+                                "{}: arrival {k} with {d} attempt(s) durable",
+                                ob.id()
+                            )),
+                            _ => {}
+                        }
+                    }
+                }
+                Incoming::Disconnected(_) => s.disconnected = true,
+                _ => {}
+            }
+        });
+    }
+    // The first attempts are lost, then half of what follows.
+    w.bob_plug.cut(true);
+    let n = 6;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("wal-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    until("every id lost once", b, || async {
+        let s = seen.lock().unwrap();
+        ids.iter()
+            .all(|id| s.count.get(id).copied().unwrap_or(0) >= 1)
+    })
+    .await;
+    w.bob_plug.set(0.5, 0.0);
+    w.bob_plug.cut(false);
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}: {o:?}");
+        assert!(o.attempts.unwrap() >= 2, "{b:?} {id}: retried: {o:?}");
+    }
+    probe.delay_commits(Duration::ZERO);
+    w.bob_plug.set(0.0, 0.0);
+    let s = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(
+        ids.iter()
+            .all(|id| s.count.get(id).copied().unwrap_or(0) >= 2),
+        "{b:?}: every id reached bob at least twice: {:?}",
+        s.count
+    );
+    assert!(
+        s.before_durable.is_empty(),
+        "{b:?}: transmits before their commit returned:\n  {}",
+        s.before_durable.join("\n  ")
+    );
+    if s.disconnected {
+        eprintln!(
+            "{b:?}: bob's edge saw a disconnect; the per-id attempt count is not asserted \
+             (a relay re-pushes what it pushed on a connection that ended)"
+        );
+    } else {
+        assert!(
+            s.beyond_attempts.is_empty(),
+            "{b:?}: retries released before their attempt was durable:\n  {}",
+            s.beyond_attempts.join("\n  ")
+        );
+    }
     w.close().await.unwrap();
 }
