@@ -136,6 +136,7 @@ struct PlugState {
     cut: bool,
     hold: bool,
     held: Vec<Incoming>,
+    injected: Vec<Incoming>,
     rng: ChaCha8Rng,
     passed: u64,
     dropped: u64,
@@ -160,6 +161,13 @@ pub type Observer = Arc<dyn Fn(&Incoming) + Send + Sync>;
 /// the plug, before any fault: what crossed the wire to this node's edge,
 /// whatever the plug then does with it (C-AB1-2 checks each obligation
 /// frame against what the custodian had made durable).
+///
+/// [`Plug::inject`] hands the node an item no transport produced, at the
+/// same edge: a frame "from" any peer, as if that peer's authenticated
+/// link had carried it. So a forged or misrouted ack (C-TR-2) reaches the
+/// node the same way on every transport, past the transport's own checks,
+/// and exercises the node's binding of acks rather than the transport's
+/// authentication. Injected items bypass the plug's faults.
 #[derive(Clone)]
 pub struct Plug(Arc<Mutex<PlugState>>, Arc<tokio::sync::Notify>);
 
@@ -173,6 +181,7 @@ impl Plug {
                 cut: false,
                 hold: false,
                 held: Vec::new(),
+                injected: Vec::new(),
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 passed: 0,
                 dropped: 0,
@@ -188,6 +197,13 @@ impl Plug {
     /// cuts or holds. `f` runs on the plug's task: keep it short.
     pub fn observe(&self, f: impl Fn(&Incoming) + Send + Sync + 'static) {
         lock(&self.0).observer = Some(Arc::new(f));
+    }
+
+    /// Delivers `item` to the node behind this plug, after the faults
+    /// (see the type's docs), in order with the frames the plug passes.
+    pub fn inject(&self, item: Incoming) {
+        lock(&self.0).injected.push(item);
+        self.1.notify_one();
     }
 
     /// Holds every frame from now on (`true`), or delivers what was held
@@ -254,7 +270,16 @@ impl Plug {
                         None => return,
                     },
                     () = plug.1.notified() => {
-                        let released = std::mem::take(&mut lock(&plug.0).held);
+                        // Injections always; what was held only once the
+                        // hold is off (both wake this task).
+                        let released = {
+                            let mut s = lock(&plug.0);
+                            let mut v = std::mem::take(&mut s.injected);
+                            if !s.hold {
+                                v.extend(std::mem::take(&mut s.held));
+                            }
+                            v
+                        };
                         for item in released {
                             if tx.send(item).await.is_err() {
                                 return;

@@ -21,12 +21,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use abhyasa::CustodianState;
+use abhyasa_conformance::agent;
 use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
 use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
-use abhyasa_core::wire::Message;
+use abhyasa_core::wire::{Envelope, Message};
 use abhyasa_core::{
-    AckStatus, DeclineReason, EscalationCause, GuardOutcome, ObligationId, Sequence,
+    AckStatus, AgentId, CustodyAck, DeclineReason, Digest, EscalationCause, GuardOutcome,
+    ObligationId, Sequence,
 };
 use abhyasa_transport::Incoming;
 
@@ -73,6 +76,7 @@ matrix!(
     c_ss_1_stale_fail_safe_applies_nothing,
     c_ss_4_phala_fail_safes_stay_in_range,
     c_ab1_2_durable_before_first_transmit,
+    c_tr_2_unbound_acks_never_discharge,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -916,5 +920,124 @@ async fn c_ab1_2_durable_before_first_transmit(b: Backend) {
             s.beyond_attempts.join("\n  ")
         );
     }
+    w.close().await.unwrap();
+}
+
+/// `ack` as a frame from the authenticated peer `peer`.
+fn ack_frame(peer: &AgentId, ack: CustodyAck) -> Incoming {
+    Incoming::Frame {
+        peer: peer.clone(),
+        envelope: Envelope::new(peer.clone(), Message::Acks(vec![ack])),
+    }
+}
+
+/// C-TR-2: forged, misrouted or stale acks never discharge custody. Bob
+/// never sees the obligation (his edge is cut); alice's edge is handed
+/// (`Plug::inject`, the same on every transport) an `applied` ack with the
+/// wrong digest, one with no digest, one from bob naming another receiver
+/// (mallory), and one from another authenticated peer (mallory) naming
+/// bob. Each is counted and ignored: alice still holds custody. Once bob's
+/// edge clears, his real ack applies it, exactly once. A stale ack after
+/// that (another digest under the same id) is ignored too: the terminal
+/// state stays applied, with nothing to reconcile.
+async fn c_tr_2_unbound_acks_never_discharge(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    let ob = w.revoke("bound", "mail.send", 30, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    // The first attempt reached bob's edge and was lost there.
+    until("a lost attempt", b, || async { w.bob_plug.counts().1 >= 1 }).await;
+    let (bob, mallory) = (agent("bob"), agent("mallory"));
+    let good = CustodyAck::new(
+        ob.id().clone(),
+        bob.clone(),
+        AckStatus::Applied,
+        w.alice.now(),
+        Some(ob.digest()),
+    );
+    let other_digest = CustodyAck {
+        digest: Some(Digest([7; 32])),
+        ..good.clone()
+    };
+    let unbound = [
+        ack_frame(&bob, other_digest.clone()),
+        ack_frame(
+            &bob,
+            CustodyAck {
+                digest: None,
+                ..good.clone()
+            },
+        ),
+        ack_frame(
+            &bob,
+            CustodyAck {
+                target: mallory.clone(),
+                ..good.clone()
+            },
+        ),
+        ack_frame(&mallory, good.clone()),
+    ];
+    let ignored = w.alice.metrics().await.unwrap().acks_ignored;
+    for f in unbound {
+        w.alice_plug.inject(f);
+    }
+    // Until each is counted, or one of them (wrongly) discharged custody.
+    until("the unbound acks handled", b, || async {
+        let m = w.alice.metrics().await.unwrap();
+        m.acks_ignored >= ignored + 4 || m.applied > 0
+    })
+    .await;
+    let st = w.alice.status(ob.id()).await.unwrap();
+    assert_eq!(
+        st.custodian,
+        Some(CustodianState::Pending),
+        "{b:?}: no unbound ack discharged custody: {st:?}"
+    );
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(m.applied, 0, "{b:?}: nothing discharged: {m:?}");
+    assert_eq!(
+        m.acks_ignored,
+        ignored + 4,
+        "{b:?}: each counted once: {m:?}"
+    );
+    assert!(
+        w.alice
+            .durable_state()
+            .await
+            .unwrap()
+            .custodian
+            .pending
+            .contains_key(ob.id()),
+        "{b:?}: still pending in alice's store"
+    );
+    assert!(w.bob_ledger().await.is_empty(), "{b:?}: bob never saw it");
+    // The real ack, bound to id, digest and receiver, discharges it.
+    w.bob_plug.cut(false);
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Applied, "{b:?}: {o:?}");
+    assert!(o.attempts.unwrap() >= 2, "{b:?}: {o:?}");
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}"
+    );
+    // Stale: an ack for the finished id under another digest.
+    let ignored = w.alice.metrics().await.unwrap().acks_ignored;
+    w.alice_plug.inject(ack_frame(&bob, other_digest));
+    until("the stale ack counted", b, || async {
+        w.alice.metrics().await.unwrap().acks_ignored > ignored
+    })
+    .await;
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(m.applied, 1, "{b:?}: applied exactly once: {m:?}");
+    assert_eq!(m.late_acks, 0, "{b:?}: {m:?}");
+    assert_eq!(
+        w.alice.status(ob.id()).await.unwrap().custodian,
+        Some(CustodianState::Applied),
+        "{b:?}: the terminal state stays applied"
+    );
+    let st = w.alice.durable_state().await.unwrap();
+    assert!(st.custodian.reconciliations.is_empty(), "{b:?}");
+    assert!(st.custodian.escalations.is_empty(), "{b:?}");
     w.close().await.unwrap();
 }
