@@ -373,6 +373,13 @@ impl Probe {
         lock(&self.0).attempts.clone()
     }
 
+    /// Forgets everything (the store it watched was lost).
+    fn clear(&self) {
+        let mut s = lock(&self.0);
+        s.durable.clear();
+        s.attempts.clear();
+    }
+
     /// Notes what a successful commit of `batches` at `now` made durable,
     /// folding as the stores do: a replayed open changes nothing, attempt
     /// counts only grow.
@@ -628,6 +635,9 @@ struct Env {
     applies: Applies,
     /// What alice's store made durable (every store of hers is wrapped).
     probe: Probe,
+    /// How many times alice's store was lost ([`World::reopen_alice_on_fresh_store`]):
+    /// her current store's generation, part of its file or partition name.
+    alice_generation: u32,
     /// Every obligation a scenario built (the candidates for the trace's
     /// offers: those alice holds or closed were offered).
     made: Arc<Mutex<Vec<Obligation>>>,
@@ -657,8 +667,19 @@ impl Env {
         o
     }
 
+    /// The name of `name`'s current store (file or partition): alice's
+    /// carries her store's generation once it was lost.
+    fn store_name(&self, name: &str) -> String {
+        match self.alice_generation {
+            g if g > 0 && name == ALICE => format!("{name}-{g}"),
+            _ => name.to_string(),
+        }
+    }
+
     fn store_path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("{name}.db"))
+        self.dir
+            .path()
+            .join(format!("{}.db", self.store_name(name)))
     }
 
     async fn store(&self, name: &str) -> Result<Box<dyn Store>, BoxError> {
@@ -670,7 +691,7 @@ impl Env {
             Disk::Postgres => {
                 let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
                 let mut o = abhyasa_pg::PgOptions::default();
-                let partition = format!("{}-{name}", self.pg_prefix);
+                let partition = format!("{}-{}", self.pg_prefix, self.store_name(name));
                 // One holder name per node: a restart takes its partition
                 // back at once (the previous store ended its lease anyway).
                 o.holder = partition.clone();
@@ -885,6 +906,7 @@ impl World {
             pg_prefix: unique_prefix(),
             applies: Applies::default(),
             probe: Probe::default(),
+            alice_generation: 0,
             made: Arc::default(),
         };
         let bob = env.open_node(BOB).await?;
@@ -956,6 +978,34 @@ impl World {
         let old = std::mem::replace(&mut self.alice, a);
         drop(old);
         Ok(())
+    }
+
+    /// Stops alice and reopens her on a FRESH, empty store (a new
+    /// SimStore, a new file, a new PostgreSQL partition): a custodian that
+    /// lost its disk and kept its identity and address. Everything her old
+    /// store held is gone, from her and from [`World::trace`] (which reads
+    /// her store): an obligation whose custody lived only there is no
+    /// longer an offer of hers, while bob's ledger and applier still show
+    /// what he did with it. The honest way, through the node, to reuse an
+    /// obligation id with other content (C-AB3-4).
+    pub async fn reopen_alice_on_fresh_store(&mut self) -> Result<(), BoxError> {
+        self.alice.shutdown().await?;
+        self.env.alice_generation += 1;
+        self.env.sims[0] = SharedSim::default();
+        self.env.probe.clear();
+        let a = self.env.open_node(ALICE).await?;
+        let old = std::mem::replace(&mut self.alice, a);
+        drop(old);
+        Ok(())
+    }
+
+    /// How many times bob's applier decided to apply `id` from alice,
+    /// across his restarts.
+    pub fn applied_by_bob(&self, id: &ObligationId) -> usize {
+        lock(&self.env.applies)
+            .iter()
+            .filter(|a| a.id == *id && a.custodian == agent(ALICE))
+            .count()
     }
 
     /// An Anumati revocation of `scope` from alice to bob: admissible,
@@ -1057,9 +1107,15 @@ impl World {
     /// or closed in her store), every decision of bob's applier to apply,
     /// bob's durable ledger, and how custody ended at alice (her stored
     /// terminal summaries with the attempts and escalation of each
-    /// outcome). Custody still pending when the trace is taken goes into
-    /// `pending_at_end`, which the checker reports as AB-1: every scenario
-    /// waits for the outcome of everything it offered before it closes.
+    /// outcome). Only alice's current store is read: after
+    /// [`World::reopen_alice_on_fresh_store`] the custody her lost store
+    /// held is not in the trace (its obligation is no offer of hers any
+    /// more), while bob's ledger and applier still show his side of it;
+    /// an id she reused is checked as the custody she holds now, against
+    /// everything bob did under that id. Custody still pending when the
+    /// trace is taken goes into `pending_at_end`, which the checker
+    /// reports as AB-1: every scenario waits for the outcome of everything
+    /// it offered before it closes.
     pub async fn trace(&self) -> check::Trace {
         let a = self
             .alice
@@ -1072,8 +1128,20 @@ impl World {
         let mut trace = check::Trace::default();
         for ob in made {
             let id = ob.id();
-            let pending = a.custodian.pending.contains_key(id);
-            if !pending && !a.custodian.terminal.contains_key(id) {
+            // Alice holds this very obligation (same digest): an id reused
+            // after a store loss names another one, whose records went
+            // with the lost store.
+            let pending = a
+                .custodian
+                .pending
+                .get(id)
+                .is_some_and(|p| p.obligation.digest() == ob.digest());
+            let closed = a
+                .custodian
+                .terminal
+                .get(id)
+                .is_some_and(|t| t.digest == ob.digest());
+            if !pending && !closed {
                 continue;
             }
             let admissible = registry.classify(&ob).is_ok_and(|c| c.is_admissible());

@@ -77,6 +77,7 @@ matrix!(
     c_ss_4_phala_fail_safes_stay_in_range,
     c_ab1_2_durable_before_first_transmit,
     c_tr_2_unbound_acks_never_discharge,
+    c_ab3_4_same_id_other_digest_is_a_conflict,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -1039,5 +1040,84 @@ async fn c_tr_2_unbound_acks_never_discharge(b: Backend) {
     let st = w.alice.durable_state().await.unwrap();
     assert!(st.custodian.reconciliations.is_empty(), "{b:?}");
     assert!(st.custodian.escalations.is_empty(), "{b:?}");
+    w.close().await.unwrap();
+}
+
+/// C-AB3-4: same id, different digest. Alice's revocation "reused" of one
+/// scope is applied by bob; then alice loses her store (reopened on a
+/// fresh one: the honest way for a custodian to reuse an id with other
+/// content) and offers "reused" again, revoking another scope. Bob
+/// answers `conflict`: no effect (the second scope untouched at bob, his
+/// applier asked nothing more, his ledger entry the first one's), custody
+/// not discharged: alice escalates at once with cause `conflict`, the
+/// fail-safe applied on her side.
+async fn c_ab3_4_same_id_other_digest_is_a_conflict(b: Backend) {
+    let mut w = World::new(b, Schedule::PATIENT).await.unwrap();
+    let first = w.revoke("reused", "conflict-first.read", 30, None);
+    w.alice.offer(first.clone()).await.unwrap();
+    let o = w.outcome(first.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Applied, "{b:?}: {o:?}");
+    let key = (agent("alice"), first.id().clone());
+    let entry = |st: &abhyasa_core::store::DurableState| {
+        st.receiver
+            .ledger
+            .get(&key)
+            .map(|l| (l.digest, l.outcome, l.recorded_at))
+    };
+    let before = entry(&w.bob().durable_state().await.unwrap());
+    assert_eq!(
+        before.map(|e| (e.0, e.1)),
+        Some((first.digest(), LedgerOutcome::Applied)),
+        "{b:?}"
+    );
+
+    w.reopen_alice_on_fresh_store().await.unwrap();
+    w.wait_connected().await.unwrap();
+    let second = w.revoke("reused", "conflict-second.read", 5, None);
+    assert_eq!(second.id(), first.id());
+    assert_ne!(second.digest(), first.digest());
+    w.alice.offer(second.clone()).await.unwrap();
+    let o = w.outcome(second.id(), WAIT).await;
+    assert_eq!(
+        o.state,
+        TerminalState::Escalated,
+        "{b:?}: a conflict is not a discharge: {o:?}"
+    );
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(esc.cause, EscalationCause::Conflict, "{b:?}: {esc:?}");
+    assert_eq!(esc.attempts, 1, "{b:?}: escalated at once: {esc:?}");
+    let st = w.alice.durable_state().await.unwrap();
+    assert_eq!(
+        authorization(&st, "conflict-second.read"),
+        Some(Authorization::Withheld),
+        "{b:?}: the fail-safe withheld the second scope principal-side"
+    );
+    assert_eq!(st.custodian.escalations.len(), 1, "{b:?}");
+
+    let bob_st = w.bob().durable_state().await.unwrap();
+    assert_eq!(
+        entry(&bob_st),
+        before,
+        "{b:?}: bob's ledger entry is the first obligation's, unchanged"
+    );
+    assert_eq!(
+        w.applied_by_bob(first.id()),
+        1,
+        "{b:?}: bob's applier applied the id once"
+    );
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}: no second apply"
+    );
+    let effects: Vec<_> = bob_st.receiver.effects.keys().collect();
+    assert!(
+        effects.iter().any(|k| k.contains("conflict-first.read")),
+        "{b:?}: the first revocation's effect stands: {effects:?}"
+    );
+    assert!(
+        !effects.iter().any(|k| k.contains("conflict-second.read")),
+        "{b:?}: no effect of the conflicting content: {effects:?}"
+    );
     w.close().await.unwrap();
 }
