@@ -568,8 +568,10 @@ pub const SURFACE_KIND: &str = "oauth.token";
 pub struct Schedule {
     /// First retry after this long.
     pub base: Duration,
-    /// Retries at most this far apart.
+    /// Retries at most this far apart (before jitter).
     pub cap: Duration,
+    /// Each interval is stretched by up to this fraction (seeded).
+    pub jitter: f64,
 }
 
 impl Schedule {
@@ -577,14 +579,28 @@ impl Schedule {
     pub const FAST: Schedule = Schedule {
         base: Duration::from_millis(50),
         cap: Duration::from_millis(200),
+        jitter: 0.1,
     };
     /// Slow retries, for scenarios that count attempts on a clean link (a
     /// loaded machine must not retry before the ack is back).
     pub const PATIENT: Schedule = Schedule {
         base: Duration::from_secs(3),
         cap: Duration::from_secs(5),
+        jitter: 0.1,
+    };
+    /// The schedule C-AB2-2 measures: 100 ms doubling to a 400 ms cap
+    /// (so a lost doubling or cap is off by at least 100 ms), jitter up to
+    /// 50 % (so another seed's draws are far apart).
+    pub const BACKOFF: Schedule = Schedule {
+        base: Duration::from_millis(100),
+        cap: Duration::from_millis(400),
+        jitter: 0.5,
     };
 }
+
+/// The seed of every world's custodian's jitter stream (C-AB2-2: same
+/// seed, same schedule).
+pub const CUSTODIAN_SEED: u64 = 0x00AB_2202;
 
 const ALICE: &str = "alice";
 const BOB: &str = "bob";
@@ -649,8 +665,9 @@ impl Env {
         let backoff = RetryBackoff {
             base: self.schedule.base,
             cap: self.schedule.cap,
-            jitter: 0.1,
+            jitter: self.schedule.jitter,
         };
+        o.custodian.seed = CUSTODIAN_SEED;
         o.custodian.default_profile = CustodyProfile {
             backoff,
             ..CustodyProfile::default()
@@ -997,6 +1014,17 @@ impl World {
         let old = std::mem::replace(&mut self.alice, a);
         drop(old);
         Ok(())
+    }
+
+    /// A custodian with alice's configuration (schedule, profiles, seed)
+    /// and no history: what the node must follow, computed apart from it
+    /// (C-AB2-2 compares its [`Custodian::interval`](abhyasa_core::custody::Custodian::interval)
+    /// with the node's durable schedule).
+    pub fn reference_custodian(&self) -> abhyasa_core::custody::Custodian {
+        abhyasa_core::custody::Custodian::new(
+            self.env.options(ALICE).custodian,
+            abhyasa_core::polarity::PolarityRegistry::standard(),
+        )
     }
 
     /// How many times bob's applier decided to apply `id` from alice,

@@ -78,6 +78,7 @@ matrix!(
     c_ab1_2_durable_before_first_transmit,
     c_tr_2_unbound_acks_never_discharge,
     c_ab3_4_same_id_other_digest_is_a_conflict,
+    c_ab2_2_backoff_doubles_caps_and_jitters,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -1119,5 +1120,90 @@ async fn c_ab3_4_same_id_other_digest_is_a_conflict(b: Backend) {
         !effects.iter().any(|k| k.contains("conflict-second.read")),
         "{b:?}: no effect of the conflicting content: {effects:?}"
     );
+    w.close().await.unwrap();
+}
+
+/// C-AB2-2: the backoff doubles from base, is capped, and carries bounded
+/// jitter; same seed, same schedule. Bob's edge is cut, so alice retries
+/// until the deadline (3 s) on [`Schedule::BACKOFF`] (100 ms doubling to
+/// 400 ms, jitter 50 %). Alice's store probe records each durable attempt
+/// (its `next_at`, the `now` of its commit; the open's `offered_at`).
+///
+/// Timers never fire early, but may fire late, so the interval the
+/// custodian chose after attempt `k` is known only to lie in a window:
+/// attempt 1's exactly (`next_at_1 - offered_at`); attempt `k`'s in
+/// `[next_at_k - commit_now_k, next_at_k - next_at_{k-1}]` (its commit
+/// started after it was decided, which was no earlier than `next_at_{k-1}`).
+/// A loaded machine only widens the window. Each window must meet
+/// `[nominal_k, nominal_k * 1.5]`, `nominal_k = min(100 ms * 2^(k-1), 400
+/// ms)` (computed here, not by the core), and contain the interval a
+/// custodian built apart with the same configuration and seed draws for
+/// attempt `k` (the node follows the seeded schedule).
+async fn c_ab2_2_backoff_doubles_caps_and_jitters(b: Backend) {
+    let s = Schedule::BACKOFF;
+    let w = World::new(b, s).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let ob = w.revoke("backoff", "backoff.read", 3, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}: {o:?}");
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    let made: Vec<_> = w
+        .alice_probe()
+        .attempts()
+        .into_iter()
+        .filter(|a| a.id == *ob.id())
+        .collect();
+    let n = made.len();
+    assert_eq!(
+        made.iter().map(|a| a.attempts).collect::<Vec<_>>(),
+        (1..=n as u32).collect::<Vec<_>>(),
+        "{b:?}: one durable record per attempt, in order"
+    );
+    assert_eq!(esc.attempts as usize, n, "{b:?}: {esc:?}");
+    // 100 + 200 + 400 + 400 ... ms (with up to 50 % more each) over 3 s:
+    // attempts 4 on are past the cap, so a missing cap shows.
+    assert!(n >= 5, "{b:?}: the schedule reached its cap: {made:?}");
+    let reference = w.reference_custodian();
+    let eps = Duration::from_micros(2);
+    let ms = Duration::from_millis(1);
+    let mut jittered = false;
+    for (i, a) in made.iter().enumerate() {
+        let k = a.attempts;
+        let (lo, hi) = match a.offered_at {
+            Some(offered_at) => {
+                let d = a.next_at.saturating_duration_since(offered_at);
+                (d, d)
+            }
+            None => {
+                assert!(i > 0, "{b:?}: attempt {k} without an open");
+                (
+                    a.next_at.saturating_duration_since(a.commit_now),
+                    a.next_at.saturating_duration_since(made[i - 1].next_at),
+                )
+            }
+        };
+        let nominal = (s.base * 2u32.pow(k - 1)).min(s.cap);
+        let most = nominal.mul_f64(1.0 + s.jitter);
+        assert!(
+            lo <= most + eps && hi + eps >= nominal,
+            "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], outside \
+             [{nominal:?}, {most:?}] (base doubling to the cap, plus jitter)"
+        );
+        let r = reference.interval(&ob, k);
+        assert!(
+            lo <= r + eps && r <= hi + eps,
+            "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], not the seeded \
+             schedule's {r:?} (same seed, same schedule)"
+        );
+        jittered |= lo > nominal + ms;
+    }
+    assert!(
+        jittered,
+        "{b:?}: some interval is stretched by its jitter: {made:?}"
+    );
+    w.alice_plug.cut(false);
+    w.bob_plug.cut(false);
     w.close().await.unwrap();
 }
