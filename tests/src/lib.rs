@@ -17,6 +17,21 @@
 //! the ack" mean the same thing whether the frame crossed a QUIC stream, a
 //! WebSocket or the in-memory network, and a scenario body is written once.
 //!
+//! Two more hooks sit at a node's edge and store, for the ids about
+//! what happens inside the node: [`Plug::observe`] sees every item that
+//! reaches the edge before the faults and [`Plug::inject`] hands the node
+//! an item no transport produced (a forged ack, C-TR-2); alice's store is
+//! always wrapped by a [`Probe`] that can slow each commit and records
+//! what each commit made durable, after it returned (C-AB1-2: nothing is
+//! sent before its commit; C-AB2-2: the durable retry schedule).
+//! [`World::reopen_alice_on_fresh_store`] is a custodian that lost its
+//! disk (C-AB3-4: an id reused with other content).
+//!
+//! Ids shown (one body each in `tests/conformance.rs`): C-AB1-1, C-AB1-2,
+//! C-AB2-1, C-AB2-2, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3, C-AB3-4, C-AB4-1,
+//! C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1, C-SS-1,
+//! C-SS-2, C-SS-3, C-SS-4, C-TR-2, and C-TR-1 across them all.
+//!
 //! Every scenario ends ([`World::close`]) with the one invariant checker,
 //! `abhyasa_check::check`, over the world's [`World::trace`]: the checker
 //! the abstract sweep and the full-stack simulator use.

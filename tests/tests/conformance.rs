@@ -4,10 +4,11 @@
 //! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
 //! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
 //!
-//! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
-//! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
-//! C-SS-1, C-SS-2, C-SS-3, C-SS-4, and C-TR-1 (the same bodies over every
-//! transport). Every body applies to every transport: none is skipped.
+//! Ids shown: C-AB1-1, C-AB1-2, C-AB2-1, C-AB2-2, C-AB2-3, C-AB3-1,
+//! C-AB3-2, C-AB3-3, C-AB3-4, C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1,
+//! C-DC-1, C-DC-2, C-DL-1, C-SS-1, C-SS-2, C-SS-3, C-SS-4, C-TR-2, and
+//! C-TR-1 (the same bodies over every transport). Every body applies to
+//! every transport: none is skipped.
 //! Every body ends with the one invariant checker (`World::close`).
 //!
 //! ```sh
