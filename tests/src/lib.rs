@@ -17,6 +17,21 @@
 //! the ack" mean the same thing whether the frame crossed a QUIC stream, a
 //! WebSocket or the in-memory network, and a scenario body is written once.
 //!
+//! Two more hooks sit at a node's edge and store, for the ids about
+//! what happens inside the node: [`Plug::observe`] sees every item that
+//! reaches the edge before the faults and [`Plug::inject`] hands the node
+//! an item no transport produced (a forged ack, C-TR-2); alice's store is
+//! always wrapped by a [`Probe`] that can slow each commit and records
+//! what each commit made durable, after it returned (C-AB1-2: nothing is
+//! sent before its commit; C-AB2-2: the durable retry schedule).
+//! [`World::reopen_alice_on_fresh_store`] is a custodian that lost its
+//! disk (C-AB3-4: an id reused with other content).
+//!
+//! Ids shown (one body each in `tests/conformance.rs`): C-AB1-1, C-AB1-2,
+//! C-AB2-1, C-AB2-2, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3, C-AB3-4, C-AB4-1,
+//! C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1, C-SS-1,
+//! C-SS-2, C-SS-3, C-SS-4, C-TR-2, and C-TR-1 across them all.
+//!
 //! Every scenario ends ([`World::close`]) with the one invariant checker,
 //! `abhyasa_check::check`, over the world's [`World::trace`]: the checker
 //! the abstract sweep and the full-stack simulator use.
@@ -31,6 +46,7 @@
 //! defer), and alice holds one kind ([`SURFACE_KIND`]) under the
 //! "surface" decline policy.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,9 +59,11 @@ use abhyasa_core::custody::{
     Applier, ApplyContext, ApplyDecision, CustodyProfile, LedgerOutcome, Record, StandardApplier,
     TerminalState,
 };
+use abhyasa_core::principal::DecisionItem;
 use abhyasa_core::store::SimStore;
 use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EventId, Store, StoreError, StoredEvent,
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
 };
 use abhyasa_core::{
     AgentId, DeclinePolicy, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff, Timestamp,
@@ -127,18 +145,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Debug)]
 struct PlugState {
     drop: f64,
     duplicate: f64,
     cut: bool,
     hold: bool,
     held: Vec<Incoming>,
+    injected: Vec<Incoming>,
     rng: ChaCha8Rng,
     passed: u64,
     dropped: u64,
     duplicated: u64,
+    observer: Option<Observer>,
 }
+
+/// A hook that sees every item a [`Plug`] receives, before its faults.
+pub type Observer = Arc<dyn Fn(&Incoming) + Send + Sync>;
 
 /// Inbound faults at a node's edge: each received frame is dropped with
 /// probability `drop`, else delivered twice with probability `duplicate`;
@@ -149,7 +171,19 @@ struct PlugState {
 /// `hold` delays instead of dropping: frames are kept, in order, until the
 /// hold is released, then delivered once each (a late ack, a redelivery
 /// that arrives past its deadline).
-#[derive(Debug, Clone)]
+///
+/// An observer ([`Plug::observe`]) sees every item the transport hands
+/// the plug, before any fault: what crossed the wire to this node's edge,
+/// whatever the plug then does with it (C-AB1-2 checks each obligation
+/// frame against what the custodian had made durable).
+///
+/// [`Plug::inject`] hands the node an item no transport produced, at the
+/// same edge: a frame "from" any peer, as if that peer's authenticated
+/// link had carried it. So a forged or misrouted ack (C-TR-2) reaches the
+/// node the same way on every transport, past the transport's own checks,
+/// and exercises the node's binding of acks rather than the transport's
+/// authentication. Injected items bypass the plug's faults.
+#[derive(Clone)]
 pub struct Plug(Arc<Mutex<PlugState>>, Arc<tokio::sync::Notify>);
 
 impl Plug {
@@ -162,13 +196,29 @@ impl Plug {
                 cut: false,
                 hold: false,
                 held: Vec::new(),
+                injected: Vec::new(),
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 passed: 0,
                 dropped: 0,
                 duplicated: 0,
+                observer: None,
             })),
             Arc::new(tokio::sync::Notify::new()),
         )
+    }
+
+    /// Calls `f` on every item the transport delivers to this plug from
+    /// now on (frames and connection events), before drops, duplicates,
+    /// cuts or holds. `f` runs on the plug's task: keep it short.
+    pub fn observe(&self, f: impl Fn(&Incoming) + Send + Sync + 'static) {
+        lock(&self.0).observer = Some(Arc::new(f));
+    }
+
+    /// Delivers `item` to the node behind this plug, after the faults
+    /// (see the type's docs), in order with the frames the plug passes.
+    pub fn inject(&self, item: Incoming) {
+        lock(&self.0).injected.push(item);
+        self.1.notify_one();
     }
 
     /// Holds every frame from now on (`true`), or delivers what was held
@@ -235,7 +285,16 @@ impl Plug {
                         None => return,
                     },
                     () = plug.1.notified() => {
-                        let released = std::mem::take(&mut lock(&plug.0).held);
+                        // Injections always; what was held only once the
+                        // hold is off (both wake this task).
+                        let released = {
+                            let mut s = lock(&plug.0);
+                            let mut v = std::mem::take(&mut s.injected);
+                            if !s.hold {
+                                v.extend(std::mem::take(&mut s.held));
+                            }
+                            v
+                        };
                         for item in released {
                             if tx.send(item).await.is_err() {
                                 return;
@@ -244,6 +303,10 @@ impl Plug {
                         continue;
                     }
                 };
+                let observer = lock(&plug.0).observer.clone();
+                if let Some(f) = observer {
+                    f(&item);
+                }
                 let n = match &item {
                     Incoming::Frame { .. } => {
                         let mut s = lock(&plug.0);
@@ -267,6 +330,172 @@ impl Plug {
             handle,
             incoming: rx,
         }
+    }
+}
+
+/// One custody attempt as alice's store made it durable: the record that
+/// counted it (`CustodyOpened` for attempt 1, `AttemptMade` after), the
+/// `now` its commit was stamped with, and the next attempt's due time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableAttempt {
+    /// The obligation.
+    pub id: ObligationId,
+    /// Attempts made, this one included.
+    pub attempts: u32,
+    /// When the custodian scheduled the next attempt.
+    pub next_at: Timestamp,
+    /// The `now` passed to the commit that made it durable (taken by the
+    /// driver when it started the commit, so never before the attempt was
+    /// decided).
+    pub commit_now: Timestamp,
+    /// When custody was opened (attempt 1 only).
+    pub offered_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Default)]
+struct ProbeState {
+    delay: Duration,
+    durable: HashMap<ObligationId, u32>,
+    attempts: Vec<DurableAttempt>,
+}
+
+/// What alice's store has made durable, seen from a wrapper around it
+/// ([`Probed`]; every [`Disk`] of a world's custodian is wrapped).
+///
+/// The wrapper records a commit's custody attempts only after the inner
+/// store's `commit` returned `Ok`: whatever the probe holds was durable
+/// (AB-1). It can also slow each commit down ([`Probe::delay_commits`]),
+/// so a driver that released a transmit before its commit returned would
+/// show that transmit arriving before the probe holds its attempt
+/// (C-AB1-2).
+#[derive(Debug, Clone, Default)]
+pub struct Probe(Arc<Mutex<ProbeState>>);
+
+impl Probe {
+    /// Sleeps `d` at the start of every commit, before the inner store
+    /// commits (`Duration::ZERO`: no delay).
+    pub fn delay_commits(&self, d: Duration) {
+        lock(&self.0).delay = d;
+    }
+
+    /// The attempts of `id` that are durable (0: custody not yet durable).
+    pub fn durable_attempts(&self, id: &ObligationId) -> u32 {
+        lock(&self.0).durable.get(id).copied().unwrap_or(0)
+    }
+
+    /// Every custody attempt made durable so far, in commit order.
+    pub fn attempts(&self) -> Vec<DurableAttempt> {
+        lock(&self.0).attempts.clone()
+    }
+
+    /// Forgets everything (the store it watched was lost).
+    fn clear(&self) {
+        let mut s = lock(&self.0);
+        s.durable.clear();
+        s.attempts.clear();
+    }
+
+    /// Notes what a successful commit of `batches` at `now` made durable,
+    /// folding as the stores do: a replayed open changes nothing, attempt
+    /// counts only grow.
+    fn committed(&self, now: Timestamp, batches: &[&[Record]]) {
+        let mut s = lock(&self.0);
+        for r in batches.iter().flat_map(|b| b.iter()) {
+            let a = match r {
+                Record::CustodyOpened { pending, .. } => {
+                    let id = pending.obligation.id();
+                    if s.durable.contains_key(id) {
+                        continue;
+                    }
+                    DurableAttempt {
+                        id: id.clone(),
+                        attempts: pending.attempts,
+                        next_at: pending.next_at,
+                        commit_now: now,
+                        offered_at: Some(pending.offered_at),
+                    }
+                }
+                Record::AttemptMade {
+                    obligation_id,
+                    attempts,
+                    next_at,
+                } => DurableAttempt {
+                    id: obligation_id.clone(),
+                    attempts: *attempts,
+                    next_at: *next_at,
+                    commit_now: now,
+                    offered_at: None,
+                },
+                _ => continue,
+            };
+            let n = s.durable.entry(a.id.clone()).or_insert(0);
+            *n = (*n).max(a.attempts);
+            s.attempts.push(a);
+        }
+    }
+}
+
+/// A store wrapped by a [`Probe`]: forwards every method of the trait
+/// (the defaulted ones too, so an indexed backend keeps answering from
+/// its indexes), delaying and observing commits.
+pub struct Probed {
+    inner: Box<dyn Store>,
+    probe: Probe,
+}
+
+impl Store for Probed {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn format_version(&self) -> u32 {
+        self.inner.format_version()
+    }
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        let delay = lock(&self.probe.0).delay;
+        if !delay.is_zero() {
+            // The store thread is blocking by design; so is this sleep.
+            std::thread::sleep(delay);
+        }
+        let c = self.inner.commit(now, batches)?;
+        self.probe.committed(now, batches);
+        Ok(c)
+    }
+    fn load(&self) -> Result<DurableState, StoreError> {
+        self.inner.load()
+    }
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        self.inner.inbox(now)
+    }
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        self.inner.list(state, after, limit)
+    }
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        self.inner.escalations(after, limit)
+    }
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        self.inner.decisions(after, limit)
+    }
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner.events(from, limit)
+    }
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        self.inner.compact(now, retention)
+    }
+    fn health(&self) -> Result<(), StoreError> {
+        self.inner.health()
     }
 }
 
@@ -354,8 +583,10 @@ pub const SURFACE_KIND: &str = "oauth.token";
 pub struct Schedule {
     /// First retry after this long.
     pub base: Duration,
-    /// Retries at most this far apart.
+    /// Retries at most this far apart (before jitter).
     pub cap: Duration,
+    /// Each interval is stretched by up to this fraction (seeded).
+    pub jitter: f64,
 }
 
 impl Schedule {
@@ -363,14 +594,28 @@ impl Schedule {
     pub const FAST: Schedule = Schedule {
         base: Duration::from_millis(50),
         cap: Duration::from_millis(200),
+        jitter: 0.1,
     };
     /// Slow retries, for scenarios that count attempts on a clean link (a
     /// loaded machine must not retry before the ack is back).
     pub const PATIENT: Schedule = Schedule {
         base: Duration::from_secs(3),
         cap: Duration::from_secs(5),
+        jitter: 0.1,
+    };
+    /// The schedule C-AB2-2 measures: 100 ms doubling to a 400 ms cap
+    /// (so a lost doubling or cap is off by at least 100 ms), jitter up to
+    /// 50 % (so another seed's draws are far apart).
+    pub const BACKOFF: Schedule = Schedule {
+        base: Duration::from_millis(100),
+        cap: Duration::from_millis(400),
+        jitter: 0.5,
     };
 }
+
+/// The seed of every world's custodian's jitter stream (C-AB2-2: same
+/// seed, same schedule).
+pub const CUSTODIAN_SEED: u64 = 0x00AB_2202;
 
 const ALICE: &str = "alice";
 const BOB: &str = "bob";
@@ -419,6 +664,11 @@ struct Env {
     pg_prefix: String,
     /// Bob's applier's decisions to apply, across restarts.
     applies: Applies,
+    /// What alice's store made durable (every store of hers is wrapped).
+    probe: Probe,
+    /// How many times alice's store was lost ([`World::reopen_alice_on_fresh_store`]):
+    /// her current store's generation, part of its file or partition name.
+    alice_generation: u32,
     /// Every obligation a scenario built (the candidates for the trace's
     /// offers: those alice holds or closed were offered).
     made: Arc<Mutex<Vec<Obligation>>>,
@@ -430,8 +680,9 @@ impl Env {
         let backoff = RetryBackoff {
             base: self.schedule.base,
             cap: self.schedule.cap,
-            jitter: 0.1,
+            jitter: self.schedule.jitter,
         };
+        o.custodian.seed = CUSTODIAN_SEED;
         o.custodian.default_profile = CustodyProfile {
             backoff,
             ..CustodyProfile::default()
@@ -448,8 +699,19 @@ impl Env {
         o
     }
 
+    /// The name of `name`'s current store (file or partition): alice's
+    /// carries her store's generation once it was lost.
+    fn store_name(&self, name: &str) -> String {
+        match self.alice_generation {
+            g if g > 0 && name == ALICE => format!("{name}-{g}"),
+            _ => name.to_string(),
+        }
+    }
+
     fn store_path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("{name}.db"))
+        self.dir
+            .path()
+            .join(format!("{}.db", self.store_name(name)))
     }
 
     async fn store(&self, name: &str) -> Result<Box<dyn Store>, BoxError> {
@@ -461,7 +723,7 @@ impl Env {
             Disk::Postgres => {
                 let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
                 let mut o = abhyasa_pg::PgOptions::default();
-                let partition = format!("{}-{name}", self.pg_prefix);
+                let partition = format!("{}-{}", self.pg_prefix, self.store_name(name));
                 // One holder name per node: a restart takes its partition
                 // back at once (the previous store ended its lease anyway).
                 o.holder = partition.clone();
@@ -592,7 +854,13 @@ impl Env {
                 Err(e) => return Err(e),
             }
         };
-        let store = self.store(name).await?;
+        let mut store = self.store(name).await?;
+        if name == ALICE {
+            store = Box::new(Probed {
+                inner: store,
+                probe: self.probe.clone(),
+            });
+        }
         Ok(Node::open(self.options(name), store, t).await?)
     }
 }
@@ -669,6 +937,8 @@ impl World {
             http_ports,
             pg_prefix: unique_prefix(),
             applies: Applies::default(),
+            probe: Probe::default(),
+            alice_generation: 0,
             made: Arc::default(),
         };
         let bob = env.open_node(BOB).await?;
@@ -683,6 +953,11 @@ impl World {
         };
         w.wait_connected().await?;
         Ok(w)
+    }
+
+    /// What alice's store has made durable (C-AB1-2, C-AB2-2).
+    pub fn alice_probe(&self) -> &Probe {
+        &self.env.probe
     }
 
     /// The receiver (panics when it is stopped: a scenario bug).
@@ -735,6 +1010,45 @@ impl World {
         let old = std::mem::replace(&mut self.alice, a);
         drop(old);
         Ok(())
+    }
+
+    /// Stops alice and reopens her on a FRESH, empty store (a new
+    /// SimStore, a new file, a new PostgreSQL partition): a custodian that
+    /// lost its disk and kept its identity and address. Everything her old
+    /// store held is gone, from her and from [`World::trace`] (which reads
+    /// her store): an obligation whose custody lived only there is no
+    /// longer an offer of hers, while bob's ledger and applier still show
+    /// what he did with it. The honest way, through the node, to reuse an
+    /// obligation id with other content (C-AB3-4).
+    pub async fn reopen_alice_on_fresh_store(&mut self) -> Result<(), BoxError> {
+        self.alice.shutdown().await?;
+        self.env.alice_generation += 1;
+        self.env.sims[0] = SharedSim::default();
+        self.env.probe.clear();
+        let a = self.env.open_node(ALICE).await?;
+        let old = std::mem::replace(&mut self.alice, a);
+        drop(old);
+        Ok(())
+    }
+
+    /// A custodian with alice's configuration (schedule, profiles, seed)
+    /// and no history: what the node must follow, computed apart from it
+    /// (C-AB2-2 compares its [`Custodian::interval`](abhyasa_core::custody::Custodian::interval)
+    /// with the node's durable schedule).
+    pub fn reference_custodian(&self) -> abhyasa_core::custody::Custodian {
+        abhyasa_core::custody::Custodian::new(
+            self.env.options(ALICE).custodian,
+            abhyasa_core::polarity::PolarityRegistry::standard(),
+        )
+    }
+
+    /// How many times bob's applier decided to apply `id` from alice,
+    /// across his restarts.
+    pub fn applied_by_bob(&self, id: &ObligationId) -> usize {
+        lock(&self.env.applies)
+            .iter()
+            .filter(|a| a.id == *id && a.custodian == agent(ALICE))
+            .count()
     }
 
     /// An Anumati revocation of `scope` from alice to bob: admissible,
@@ -836,9 +1150,15 @@ impl World {
     /// or closed in her store), every decision of bob's applier to apply,
     /// bob's durable ledger, and how custody ended at alice (her stored
     /// terminal summaries with the attempts and escalation of each
-    /// outcome). Custody still pending when the trace is taken goes into
-    /// `pending_at_end`, which the checker reports as AB-1: every scenario
-    /// waits for the outcome of everything it offered before it closes.
+    /// outcome). Only alice's current store is read: after
+    /// [`World::reopen_alice_on_fresh_store`] the custody her lost store
+    /// held is not in the trace (its obligation is no offer of hers any
+    /// more), while bob's ledger and applier still show his side of it;
+    /// an id she reused is checked as the custody she holds now, against
+    /// everything bob did under that id. Custody still pending when the
+    /// trace is taken goes into `pending_at_end`, which the checker
+    /// reports as AB-1: every scenario waits for the outcome of everything
+    /// it offered before it closes.
     pub async fn trace(&self) -> check::Trace {
         let a = self
             .alice
@@ -851,8 +1171,20 @@ impl World {
         let mut trace = check::Trace::default();
         for ob in made {
             let id = ob.id();
-            let pending = a.custodian.pending.contains_key(id);
-            if !pending && !a.custodian.terminal.contains_key(id) {
+            // Alice holds this very obligation (same digest): an id reused
+            // after a store loss names another one, whose records went
+            // with the lost store.
+            let pending = a
+                .custodian
+                .pending
+                .get(id)
+                .is_some_and(|p| p.obligation.digest() == ob.digest());
+            let closed = a
+                .custodian
+                .terminal
+                .get(id)
+                .is_some_and(|t| t.digest == ob.digest());
+            if !pending && !closed {
                 continue;
             }
             let admissible = registry.classify(&ob).is_ok_and(|c| c.is_admissible());

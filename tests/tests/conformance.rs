@@ -4,10 +4,11 @@
 //! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
 //! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
 //!
-//! Ids shown: C-AB1-1, C-AB2-1, C-AB2-3, C-AB3-1, C-AB3-2, C-AB3-3,
-//! C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1, C-DC-1, C-DC-2, C-DL-1,
-//! C-SS-1, C-SS-2, C-SS-3, C-SS-4, and C-TR-1 (the same bodies over every
-//! transport). Every body applies to every transport: none is skipped.
+//! Ids shown: C-AB1-1, C-AB1-2, C-AB2-1, C-AB2-2, C-AB2-3, C-AB3-1,
+//! C-AB3-2, C-AB3-3, C-AB3-4, C-AB4-1, C-AB4-2, C-AB4-3, C-AB4-4, C-AC-1,
+//! C-DC-1, C-DC-2, C-DL-1, C-SS-1, C-SS-2, C-SS-3, C-SS-4, C-TR-2, and
+//! C-TR-1 (the same bodies over every transport). Every body applies to
+//! every transport: none is skipped.
 //! Every body ends with the one invariant checker (`World::close`).
 //!
 //! ```sh
@@ -17,13 +18,21 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use abhyasa::CustodianState;
+use abhyasa_conformance::agent;
 use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
 use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
-use abhyasa_core::{AckStatus, DeclineReason, EscalationCause, GuardOutcome, Sequence};
+use abhyasa_core::wire::{Envelope, Message};
+use abhyasa_core::{
+    AckStatus, AgentId, CustodyAck, DeclineReason, Digest, EscalationCause, GuardOutcome,
+    ObligationId, Sequence,
+};
+use abhyasa_transport::Incoming;
 
 /// One `#[tokio::test]` per cell of the matrix for each scenario.
 macro_rules! matrix {
@@ -67,6 +76,10 @@ matrix!(
     c_ab4_4_late_applied_after_escalation,
     c_ss_1_stale_fail_safe_applies_nothing,
     c_ss_4_phala_fail_safes_stay_in_range,
+    c_ab1_2_durable_before_first_transmit,
+    c_tr_2_unbound_acks_never_discharge,
+    c_ab3_4_same_id_other_digest_is_a_conflict,
+    c_ab2_2_backoff_doubles_caps_and_jitters,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -793,6 +806,403 @@ async fn c_ss_4_phala_fail_safes_stay_in_range(b: Backend) {
         weights.last().copied(),
         Some(0.0),
         "{b:?}: 1.0 - 4 × 0.4 is clipped at the floor: {weights:?}"
+    );
+    w.alice_plug.cut(false);
+    w.bob_plug.cut(false);
+    w.close().await.unwrap();
+}
+
+/// What bob's edge saw of alice's obligations (C-AB1-2).
+#[derive(Debug, Default)]
+struct Arrivals {
+    /// Obligation frames per id, as the transport delivered them.
+    count: HashMap<ObligationId, u32>,
+    /// Arrivals of an obligation whose custody was not yet durable.
+    before_durable: Vec<String>,
+    /// Arrivals beyond the attempts durable at the time.
+    beyond_attempts: Vec<String>,
+    /// Whether bob's edge saw a connection end (see below).
+    disconnected: bool,
+}
+
+/// C-AB1-2: the obligation is durable before the first transmit, and so
+/// is every retry's attempt count. Alice's commits are slowed (150 ms
+/// each, before the inner store commits); bob's edge checks every
+/// obligation frame that reaches it against what alice's store had
+/// made durable at that moment: custody open, and at least as many
+/// attempts as arrivals of that id so far. Drops at bob's edge force
+/// retries (every id arrives at least twice).
+///
+/// One send is one arrival on every transport here (the HTTP client makes
+/// one POST per send and never retries it; QUIC, WebSocket and the
+/// in-memory network deliver a frame once), except that a relay pushes
+/// again what it had pushed on a connection that ended (the destination
+/// dedups, AB-3). So the per-id count is asserted only while bob's edge
+/// saw no disconnect; "durable before the first transmit" always.
+async fn c_ab1_2_durable_before_first_transmit(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    let probe = w.alice_probe().clone();
+    probe.delay_commits(Duration::from_millis(150));
+    let seen = Arc::new(Mutex::new(Arrivals::default()));
+    {
+        let seen = seen.clone();
+        let probe = probe.clone();
+        w.bob_plug.observe(move |i| {
+            let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+            match i {
+                Incoming::Frame { envelope, .. } => {
+                    if let Message::Obligation(ob) = &envelope.message {
+                        let k = {
+                            let k = s.count.entry(ob.id().clone()).or_insert(0);
+                            *k += 1;
+                            *k
+                        };
+                        match probe.durable_attempts(ob.id()) {
+                            0 => s.before_durable.push(format!(
+                                "{}: arrival {k} before its custody was durable",
+                                ob.id()
+                            )),
+                            d if k > d => s.beyond_attempts.push(format!(
+                                "{}: arrival {k} with {d} attempt(s) durable",
+                                ob.id()
+                            )),
+                            _ => {}
+                        }
+                    }
+                }
+                Incoming::Disconnected(_) => s.disconnected = true,
+                _ => {}
+            }
+        });
+    }
+    // The first attempts are lost, then half of what follows.
+    w.bob_plug.cut(true);
+    let n = 6;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let ob = w.revoke(&format!("wal-{i}"), &format!("s{i}"), 30, None);
+        w.alice.offer(ob.clone()).await.unwrap();
+        ids.push(ob.id().clone());
+    }
+    until("every id lost once", b, || async {
+        let s = seen.lock().unwrap();
+        ids.iter()
+            .all(|id| s.count.get(id).copied().unwrap_or(0) >= 1)
+    })
+    .await;
+    w.bob_plug.set(0.5, 0.0);
+    w.bob_plug.cut(false);
+    for id in &ids {
+        let o = w.outcome(id, WAIT).await;
+        assert_eq!(o.state, TerminalState::Applied, "{b:?} {id}: {o:?}");
+        assert!(o.attempts.unwrap() >= 2, "{b:?} {id}: retried: {o:?}");
+    }
+    probe.delay_commits(Duration::ZERO);
+    w.bob_plug.set(0.0, 0.0);
+    let s = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(
+        ids.iter()
+            .all(|id| s.count.get(id).copied().unwrap_or(0) >= 2),
+        "{b:?}: every id reached bob at least twice: {:?}",
+        s.count
+    );
+    assert!(
+        s.before_durable.is_empty(),
+        "{b:?}: transmits before their commit returned:\n  {}",
+        s.before_durable.join("\n  ")
+    );
+    if s.disconnected {
+        eprintln!(
+            "{b:?}: bob's edge saw a disconnect; the per-id attempt count is not asserted \
+             (a relay re-pushes what it pushed on a connection that ended)"
+        );
+    } else {
+        assert!(
+            s.beyond_attempts.is_empty(),
+            "{b:?}: retries released before their attempt was durable:\n  {}",
+            s.beyond_attempts.join("\n  ")
+        );
+    }
+    w.close().await.unwrap();
+}
+
+/// `ack` as a frame from the authenticated peer `peer`.
+fn ack_frame(peer: &AgentId, ack: CustodyAck) -> Incoming {
+    Incoming::Frame {
+        peer: peer.clone(),
+        envelope: Envelope::new(peer.clone(), Message::Acks(vec![ack])),
+    }
+}
+
+/// C-TR-2: forged, misrouted or stale acks never discharge custody. Bob
+/// never sees the obligation (his edge is cut); alice's edge is handed
+/// (`Plug::inject`, the same on every transport) an `applied` ack with the
+/// wrong digest, one with no digest, one from bob naming another receiver
+/// (mallory), and one from another authenticated peer (mallory) naming
+/// bob. Each is counted and ignored: alice still holds custody. Once bob's
+/// edge clears, his real ack applies it, exactly once. A stale ack after
+/// that (another digest under the same id) is ignored too: the terminal
+/// state stays applied, with nothing to reconcile.
+async fn c_tr_2_unbound_acks_never_discharge(b: Backend) {
+    let w = World::new(b, Schedule::FAST).await.unwrap();
+    w.bob_plug.cut(true);
+    let ob = w.revoke("bound", "mail.send", 30, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    // The first attempt reached bob's edge and was lost there.
+    until("a lost attempt", b, || async { w.bob_plug.counts().1 >= 1 }).await;
+    let (bob, mallory) = (agent("bob"), agent("mallory"));
+    let good = CustodyAck::new(
+        ob.id().clone(),
+        bob.clone(),
+        AckStatus::Applied,
+        w.alice.now(),
+        Some(ob.digest()),
+    );
+    let other_digest = CustodyAck {
+        digest: Some(Digest([7; 32])),
+        ..good.clone()
+    };
+    let unbound = [
+        ack_frame(&bob, other_digest.clone()),
+        ack_frame(
+            &bob,
+            CustodyAck {
+                digest: None,
+                ..good.clone()
+            },
+        ),
+        ack_frame(
+            &bob,
+            CustodyAck {
+                target: mallory.clone(),
+                ..good.clone()
+            },
+        ),
+        ack_frame(&mallory, good.clone()),
+    ];
+    let ignored = w.alice.metrics().await.unwrap().acks_ignored;
+    for f in unbound {
+        w.alice_plug.inject(f);
+    }
+    // Until each is counted, or one of them (wrongly) discharged custody.
+    until("the unbound acks handled", b, || async {
+        let m = w.alice.metrics().await.unwrap();
+        m.acks_ignored >= ignored + 4 || m.applied > 0
+    })
+    .await;
+    let st = w.alice.status(ob.id()).await.unwrap();
+    assert_eq!(
+        st.custodian,
+        Some(CustodianState::Pending),
+        "{b:?}: no unbound ack discharged custody: {st:?}"
+    );
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(m.applied, 0, "{b:?}: nothing discharged: {m:?}");
+    assert_eq!(
+        m.acks_ignored,
+        ignored + 4,
+        "{b:?}: each counted once: {m:?}"
+    );
+    assert!(
+        w.alice
+            .durable_state()
+            .await
+            .unwrap()
+            .custodian
+            .pending
+            .contains_key(ob.id()),
+        "{b:?}: still pending in alice's store"
+    );
+    assert!(w.bob_ledger().await.is_empty(), "{b:?}: bob never saw it");
+    // The real ack, bound to id, digest and receiver, discharges it.
+    w.bob_plug.cut(false);
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Applied, "{b:?}: {o:?}");
+    assert!(o.attempts.unwrap() >= 2, "{b:?}: {o:?}");
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}"
+    );
+    // Stale: an ack for the finished id under another digest.
+    let ignored = w.alice.metrics().await.unwrap().acks_ignored;
+    w.alice_plug.inject(ack_frame(&bob, other_digest));
+    until("the stale ack counted", b, || async {
+        w.alice.metrics().await.unwrap().acks_ignored > ignored
+    })
+    .await;
+    let m = w.alice.metrics().await.unwrap();
+    assert_eq!(m.applied, 1, "{b:?}: applied exactly once: {m:?}");
+    assert_eq!(m.late_acks, 0, "{b:?}: {m:?}");
+    assert_eq!(
+        w.alice.status(ob.id()).await.unwrap().custodian,
+        Some(CustodianState::Applied),
+        "{b:?}: the terminal state stays applied"
+    );
+    let st = w.alice.durable_state().await.unwrap();
+    assert!(st.custodian.reconciliations.is_empty(), "{b:?}");
+    assert!(st.custodian.escalations.is_empty(), "{b:?}");
+    w.close().await.unwrap();
+}
+
+/// C-AB3-4: same id, different digest. Alice's revocation "reused" of one
+/// scope is applied by bob; then alice loses her store (reopened on a
+/// fresh one: the honest way for a custodian to reuse an id with other
+/// content) and offers "reused" again, revoking another scope. Bob
+/// answers `conflict`: no effect (the second scope untouched at bob, his
+/// applier asked nothing more, his ledger entry the first one's), custody
+/// not discharged: alice escalates at once with cause `conflict`, the
+/// fail-safe applied on her side.
+async fn c_ab3_4_same_id_other_digest_is_a_conflict(b: Backend) {
+    let mut w = World::new(b, Schedule::PATIENT).await.unwrap();
+    let first = w.revoke("reused", "conflict-first.read", 30, None);
+    w.alice.offer(first.clone()).await.unwrap();
+    let o = w.outcome(first.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Applied, "{b:?}: {o:?}");
+    let key = (agent("alice"), first.id().clone());
+    let entry = |st: &abhyasa_core::store::DurableState| {
+        st.receiver
+            .ledger
+            .get(&key)
+            .map(|l| (l.digest, l.outcome, l.recorded_at))
+    };
+    let before = entry(&w.bob().durable_state().await.unwrap());
+    assert_eq!(
+        before.map(|e| (e.0, e.1)),
+        Some((first.digest(), LedgerOutcome::Applied)),
+        "{b:?}"
+    );
+
+    w.reopen_alice_on_fresh_store().await.unwrap();
+    w.wait_connected().await.unwrap();
+    let second = w.revoke("reused", "conflict-second.read", 5, None);
+    assert_eq!(second.id(), first.id());
+    assert_ne!(second.digest(), first.digest());
+    w.alice.offer(second.clone()).await.unwrap();
+    let o = w.outcome(second.id(), WAIT).await;
+    assert_eq!(
+        o.state,
+        TerminalState::Escalated,
+        "{b:?}: a conflict is not a discharge: {o:?}"
+    );
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    assert_eq!(esc.cause, EscalationCause::Conflict, "{b:?}: {esc:?}");
+    assert_eq!(esc.attempts, 1, "{b:?}: escalated at once: {esc:?}");
+    let st = w.alice.durable_state().await.unwrap();
+    assert_eq!(
+        authorization(&st, "conflict-second.read"),
+        Some(Authorization::Withheld),
+        "{b:?}: the fail-safe withheld the second scope principal-side"
+    );
+    assert_eq!(st.custodian.escalations.len(), 1, "{b:?}");
+
+    let bob_st = w.bob().durable_state().await.unwrap();
+    assert_eq!(
+        entry(&bob_st),
+        before,
+        "{b:?}: bob's ledger entry is the first obligation's, unchanged"
+    );
+    assert_eq!(
+        w.applied_by_bob(first.id()),
+        1,
+        "{b:?}: bob's applier applied the id once"
+    );
+    assert_eq!(
+        w.bob().metrics().await.unwrap().receiver_applied,
+        1,
+        "{b:?}: no second apply"
+    );
+    let effects: Vec<_> = bob_st.receiver.effects.keys().collect();
+    assert!(
+        effects.iter().any(|k| k.contains("conflict-first.read")),
+        "{b:?}: the first revocation's effect stands: {effects:?}"
+    );
+    assert!(
+        !effects.iter().any(|k| k.contains("conflict-second.read")),
+        "{b:?}: no effect of the conflicting content: {effects:?}"
+    );
+    w.close().await.unwrap();
+}
+
+/// C-AB2-2: the backoff doubles from base, is capped, and carries bounded
+/// jitter; same seed, same schedule. Bob's edge is cut, so alice retries
+/// until the deadline (3 s) on [`Schedule::BACKOFF`] (100 ms doubling to
+/// 400 ms, jitter 50 %). Alice's store probe records each durable attempt
+/// (its `next_at`, the `now` of its commit; the open's `offered_at`).
+///
+/// Timers never fire early, but may fire late, so the interval the
+/// custodian chose after attempt `k` is known only to lie in a window:
+/// attempt 1's exactly (`next_at_1 - offered_at`); attempt `k`'s in
+/// `[next_at_k - commit_now_k, next_at_k - next_at_{k-1}]` (its commit
+/// started after it was decided, which was no earlier than `next_at_{k-1}`).
+/// A loaded machine only widens the window. Each window must meet
+/// `[nominal_k, nominal_k * 1.5]`, `nominal_k = min(100 ms * 2^(k-1), 400
+/// ms)` (computed here, not by the core), and contain the interval a
+/// custodian built apart with the same configuration and seed draws for
+/// attempt `k` (the node follows the seeded schedule).
+async fn c_ab2_2_backoff_doubles_caps_and_jitters(b: Backend) {
+    let s = Schedule::BACKOFF;
+    let w = World::new(b, s).await.unwrap();
+    w.bob_plug.cut(true);
+    w.alice_plug.cut(true);
+    let ob = w.revoke("backoff", "backoff.read", 3, None);
+    w.alice.offer(ob.clone()).await.unwrap();
+    let o = w.outcome(ob.id(), WAIT).await;
+    assert_eq!(o.state, TerminalState::Escalated, "{b:?}: {o:?}");
+    let esc = o.escalation.as_ref().expect("an escalation record");
+    let made: Vec<_> = w
+        .alice_probe()
+        .attempts()
+        .into_iter()
+        .filter(|a| a.id == *ob.id())
+        .collect();
+    let n = made.len();
+    assert_eq!(
+        made.iter().map(|a| a.attempts).collect::<Vec<_>>(),
+        (1..=n as u32).collect::<Vec<_>>(),
+        "{b:?}: one durable record per attempt, in order"
+    );
+    assert_eq!(esc.attempts as usize, n, "{b:?}: {esc:?}");
+    // 100 + 200 + 400 + 400 ... ms (with up to 50 % more each) over 3 s:
+    // attempts 4 on are past the cap, so a missing cap shows.
+    assert!(n >= 5, "{b:?}: the schedule reached its cap: {made:?}");
+    let reference = w.reference_custodian();
+    let eps = Duration::from_micros(2);
+    let ms = Duration::from_millis(1);
+    let mut jittered = false;
+    for (i, a) in made.iter().enumerate() {
+        let k = a.attempts;
+        let (lo, hi) = match a.offered_at {
+            Some(offered_at) => {
+                let d = a.next_at.saturating_duration_since(offered_at);
+                (d, d)
+            }
+            None => {
+                assert!(i > 0, "{b:?}: attempt {k} without an open");
+                (
+                    a.next_at.saturating_duration_since(a.commit_now),
+                    a.next_at.saturating_duration_since(made[i - 1].next_at),
+                )
+            }
+        };
+        let nominal = (s.base * 2u32.pow(k - 1)).min(s.cap);
+        let most = nominal.mul_f64(1.0 + s.jitter);
+        assert!(
+            lo <= most + eps && hi + eps >= nominal,
+            "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], outside \
+             [{nominal:?}, {most:?}] (base doubling to the cap, plus jitter)"
+        );
+        let r = reference.interval(&ob, k);
+        assert!(
+            lo <= r + eps && r <= hi + eps,
+            "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], not the seeded \
+             schedule's {r:?} (same seed, same schedule)"
+        );
+        jittered |= lo > nominal + ms;
+    }
+    assert!(
+        jittered,
+        "{b:?}: some interval is stretched by its jitter: {made:?}"
     );
     w.alice_plug.cut(false);
     w.bob_plug.cut(false);
