@@ -128,7 +128,7 @@ fn main() {
                 kind = args
                     .next()
                     .and_then(|v| v.parse().ok())
-                    .expect("--store redb|sled")
+                    .expect("--store redb|sled|log")
             }
             "--no-load" => with_load = false,
             other => panic!("unknown argument {other}"),
@@ -139,6 +139,7 @@ fn main() {
     let path = match kind {
         StoreKind::Redb => dir.path().join("reads.redb"),
         StoreKind::Sled => dir.path().join("reads.sled"),
+        StoreKind::Log => dir.path().join("reads.log"),
     };
     let mut store = kind.open(&path, &StoreOptions::default()).expect("open");
     let t = Instant::now();

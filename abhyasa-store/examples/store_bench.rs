@@ -1,10 +1,11 @@
-//! Store benchmark: sled and redb side by side.
+//! Store benchmark: sled, redb and the log store side by side.
 //!
 //! ```text
 //! cargo run --release -p abhyasa-store --example store_bench            # 1,000,000 pending
 //! cargo run --release -p abhyasa-store --example store_bench -- --quick # 100,000, fewer commits
 //! cargo run --release -p abhyasa-store --example store_bench -- --pending 250000
 //! cargo run --release -p abhyasa-store --example store_bench -- --only-throughput
+//! cargo run --release -p abhyasa-store --example store_bench -- --store log --only-scale
 //! ```
 //!
 //! Prints, per backend: committed obligations/s and CPU microseconds per
@@ -123,6 +124,7 @@ fn db_path(kind: StoreKind, dir: &Path) -> PathBuf {
     match kind {
         StoreKind::Sled => dir.join("sled"),
         StoreKind::Redb => dir.join("node.redb"),
+        StoreKind::Log => dir.join("log"),
     }
 }
 
@@ -289,7 +291,13 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|v| v.parse().expect("--pending N"))
         .unwrap_or(if quick { 100_000 } else { 1_000_000 });
-    let kinds = [StoreKind::Sled, StoreKind::Redb];
+    let kinds: Vec<StoreKind> = match args.iter().position(|a| a == "--store") {
+        Some(i) => vec![args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--store redb|sled|log")],
+        None => vec![StoreKind::Sled, StoreKind::Redb, StoreKind::Log],
+    };
     let only_scale = args.iter().any(|a| a == "--only-scale");
     println!(
         "abhyasa-store bench ({} mode; {} cores)",
@@ -298,10 +306,21 @@ fn main() {
     );
     println!("one durable group commit per batch; an obligation = CustodyOpened + Ledger(applied) + CustodyClosed");
     println!();
-    println!(
-        "{:>28} {:>14} {:>14} {:>8}",
-        "committed obligations/s", "sled", "redb", "redb/sled"
-    );
+    let head = |label: &str| {
+        let mut line = format!("{label:>28}");
+        for k in &kinds {
+            line.push_str(&format!(" {:>14}", k.as_str()));
+        }
+        line
+    };
+    let cells = |label: String, xs: &[f64], digits: usize| {
+        let mut line = format!("{label:>28}");
+        for x in xs {
+            line.push_str(&format!(" {x:>14.digits$}"));
+        }
+        line
+    };
+    println!("{}", head("committed obligations/s"));
     let mut cpu = Vec::new();
     for (batch, count) in [(1usize, 200usize), (16, 150), (256, 40), (4096, 8)] {
         if only_scale {
@@ -309,22 +328,14 @@ fn main() {
         }
         let count = if quick { (count / 4).max(3) } else { count };
         let r: Vec<(f64, f64)> = kinds.iter().map(|k| throughput(*k, batch, count)).collect();
-        println!(
-            "{:>28} {:>14.0} {:>14.0} {:>8.2}",
-            format!("batch {batch}"),
-            r[0].0,
-            r[1].0,
-            r[1].0 / r[0].0
-        );
-        cpu.push((batch, r[0].1, r[1].1));
+        let rate: Vec<f64> = r.iter().map(|x| x.0).collect();
+        println!("{}", cells(format!("batch {batch}"), &rate, 0));
+        cpu.push((batch, r.iter().map(|x| x.1).collect::<Vec<f64>>()));
     }
     if !cpu.is_empty() {
-        println!(
-            "{:>28} {:>14} {:>14}",
-            "CPU us / obligation", "sled", "redb"
-        );
-        for (batch, sled, redb) in cpu {
-            println!("{:>28} {sled:>14.1} {redb:>14.1}", format!("batch {batch}"));
+        println!("{}", head("CPU us / obligation"));
+        for (batch, us) in cpu {
+            println!("{}", cells(format!("batch {batch}"), &us, 1));
         }
     }
     if args.iter().any(|a| a == "--only-throughput") {
@@ -333,13 +344,10 @@ fn main() {
     println!();
     println!("{pending} pending obligations (opened in batches of 4096):");
     let s: Vec<Scale> = kinds.iter().map(|k| scale(*k, pending)).collect();
-    println!("{:>28} {:>14} {:>14}", "", "sled", "redb");
+    println!("{}", head(""));
     let row = |label: &str, f: fn(&Scale) -> f64, digits: usize| {
-        println!(
-            "{label:>28} {:>14.digits$} {:>14.digits$}",
-            f(&s[0]),
-            f(&s[1])
-        );
+        let xs: Vec<f64> = s.iter().map(f).collect();
+        println!("{}", cells(label.to_string(), &xs, digits));
     };
     row("write time, s", |x| x.write_secs, 1);
     row("disk bytes / pending", |x| x.disk_per_pending, 0);

@@ -1,7 +1,8 @@
 //! # abhyasa-store
 //!
-//! Embedded durable stores for Abhyasa nodes: [`RedbStore`] (the default)
-//! and [`SledStore`], both implementing the core's
+//! Embedded durable stores for Abhyasa nodes: [`RedbStore`] (the default),
+//! [`SledStore`] and [`LogStore`] (a commit log with in-memory tables, one
+//! write and one `fdatasync` per commit), all implementing the core's
 //! [`Store`] trait with the same tables and the
 //! same rules (the semantics are written once, over a minimal key-value
 //! transaction, and both backends run the shared storage suite together
@@ -27,6 +28,7 @@ mod codec;
 mod engine;
 mod index;
 pub mod kv;
+mod log_store;
 mod reads;
 mod redb_store;
 mod sled_store;
@@ -39,6 +41,7 @@ use abhyasa_core::store::{Store, StoreError};
 use abhyasa_core::Timestamp;
 
 pub use engine::{CorruptRow, QuarantinedRow, FORMAT_VERSION};
+pub use log_store::{FsDisk, LogDisk, LogOptions, LogStore};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
 
@@ -79,7 +82,8 @@ impl Default for StoreOptions {
     }
 }
 
-/// Which backend a node uses (`store = "sled" | "redb"` in its config).
+/// Which backend a node uses (`store = "redb" | "sled" | "log"` in its
+/// config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreKind {
     /// [`RedbStore`]: the default, chosen by measurement (see `README.md`).
@@ -87,6 +91,8 @@ pub enum StoreKind {
     Redb,
     /// [`SledStore`].
     Sled,
+    /// [`LogStore`] (a directory).
+    Log,
 }
 
 impl StoreKind {
@@ -95,11 +101,12 @@ impl StoreKind {
         match self {
             StoreKind::Redb => "redb",
             StoreKind::Sled => "sled",
+            StoreKind::Log => "log",
         }
     }
 
     /// Opens a store of this kind at `path` (a file for redb, a directory
-    /// for sled).
+    /// for sled and log).
     pub fn open(
         self,
         path: impl AsRef<Path>,
@@ -108,6 +115,7 @@ impl StoreKind {
         Ok(match self {
             StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
             StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
+            StoreKind::Log => Box::new(LogStore::open(path)?),
         })
     }
 }
@@ -122,6 +130,7 @@ impl StoreKind {
         Ok(match self {
             StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
             StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
+            StoreKind::Log => Box::new(LogStore::open(path)?),
         })
     }
 }
@@ -134,7 +143,7 @@ impl fmt::Display for StoreKind {
 
 /// An unknown `store = "..."` value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown store {0:?}: expected \"redb\" or \"sled\"")]
+#[error("unknown store {0:?}: expected \"redb\", \"sled\" or \"log\"")]
 pub struct UnknownStoreKind(pub String);
 
 impl FromStr for StoreKind {
@@ -144,6 +153,7 @@ impl FromStr for StoreKind {
         match s {
             "redb" => Ok(StoreKind::Redb),
             "sled" => Ok(StoreKind::Sled),
+            "log" => Ok(StoreKind::Log),
             other => Err(UnknownStoreKind(other.to_string())),
         }
     }

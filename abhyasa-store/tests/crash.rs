@@ -465,6 +465,14 @@ fn redb_crash_and_reopen_every_commit_point_c_ab2_3_c_ab3_3_c_ab3_5_c_ab4_3() {
     }
 }
 
+// The same on the log store.
+#[test]
+fn log_crash_and_reopen_every_commit_point_c_ab2_3_c_ab3_3_c_ab3_5_c_ab4_3() {
+    for sc in scenarios() {
+        enumerate(Kind::Log, &sc, &BOTH);
+    }
+}
+
 // C-AB4-3: recovery into a still-dead link escalates, with the fail-safe
 // applied, at the original deadline; C-AB2-3: the restored transfer keeps
 // its absolute deadline and attempt count.

@@ -27,11 +27,7 @@ const KILL_AFTER: usize = 25;
 
 fn writer(spec: &str) {
     let (kind, path) = spec.split_once(':').unwrap();
-    let kind = if kind == "sled" {
-        Kind::Sled
-    } else {
-        Kind::Redb
-    };
+    let kind = Kind::from_name(kind);
     let mut store = open_disk(kind, std::path::Path::new(path)).unwrap();
     let mut c = Custodian::new(custodian_config(), PolarityRegistry::standard());
     let out = std::io::stdout();
@@ -59,7 +55,7 @@ fn sigkill_mid_batch_loses_no_reported_batch() {
     for kind in DISK {
         let dir = tempfile::tempdir().unwrap();
         let path = disk_path(kind, dir.path());
-        let name = if kind == Kind::Sled { "sled" } else { "redb" };
+        let name = kind.name();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
             .env(WRITER_ENV, format!("{name}:{}", path.display()))

@@ -136,6 +136,7 @@ fn inject(kind: Kind, path: &std::path::Path, table: &str, key: &[u8], value: &[
             db.open_tree(table).unwrap().insert(key, value).unwrap();
             db.flush().unwrap();
         }
+        Kind::Log => log_inject(path, table, key, Some(value)),
         Kind::Sim => unreachable!(),
     }
 }
@@ -145,6 +146,7 @@ fn open_repair(kind: Kind, path: &std::path::Path) -> Box<dyn Repair> {
     match kind {
         Kind::Redb => Box::new(RedbStore::open_with(path, &opts).unwrap()),
         Kind::Sled => Box::new(SledStore::open_with(path, &opts).unwrap()),
+        Kind::Log => Box::new(abhyasa_store::LogStore::open(path).unwrap()),
         Kind::Sim => unreachable!(),
     }
 }

@@ -39,7 +39,7 @@ use std::time::Duration;
 use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, CrashTiming, DurableState, SimStore, Store, StoreError};
 use abhyasa_core::Timestamp;
-use abhyasa_store::{RedbStore, StoreOptions};
+use abhyasa_store::{LogDisk, LogOptions, LogStore, RedbStore, StoreOptions};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -201,6 +201,282 @@ impl redb::StorageBackend for PowerCut {
     }
 }
 
+// ------------------------------------------------- the stores on them
+
+/// A store on a disk that can lose power: redb on [`PowerCut`], the log
+/// store on [`LogCut`].
+trait Rig: Sized {
+    type S: Store;
+    /// Cut at every I/O operation, with several seeds, even by default
+    /// (a store with few operations per commit).
+    const EVERY_OP: bool;
+    /// A new, empty disk.
+    fn blank() -> Self;
+    fn open(&self) -> Result<Self::S, StoreError>;
+    fn ops(&self) -> u64;
+    fn cut_at(&self, op: u64);
+    /// The disk after the power comes back (`opened`: whether the store
+    /// finished opening before the cut).
+    fn back(&self, opened: bool, rng: &mut ChaCha8Rng) -> Self;
+}
+
+impl Rig for PowerCut {
+    type S = RedbStore;
+    const EVERY_OP: bool = false;
+    fn blank() -> Self {
+        PowerCut::default()
+    }
+    fn open(&self) -> Result<RedbStore, StoreError> {
+        RedbStore::open_on(self.clone(), &options())
+    }
+    fn ops(&self) -> u64 {
+        PowerCut::ops(self)
+    }
+    fn cut_at(&self, op: u64) {
+        PowerCut::cut_at(self, op)
+    }
+    fn back(&self, opened: bool, rng: &mut ChaCha8Rng) -> Self {
+        if opened {
+            PowerCut::on(self.after_power_loss(rng))
+        } else {
+            // A cut while the database was being created:
+            // `RedbStore::open_with` builds a new file under a temporary
+            // name and renames it into place only once it is initialised
+            // and synced, so the node finds no database and creates a fresh
+            // one (nothing was acknowledged).
+            PowerCut::default()
+        }
+    }
+}
+
+// ------------------------------------------------ the log store's disk
+
+/// One file of a [`LogCut`] disk.
+#[derive(Debug, Clone, Default)]
+struct FileImg {
+    synced: Vec<u8>,
+    live: Vec<u8>,
+    unsynced: Vec<Op>,
+}
+
+#[derive(Debug, Clone)]
+enum DirOp {
+    Link(String, u64),
+    Unlink(String),
+}
+
+#[derive(Debug, Default)]
+struct Dir {
+    /// Files by inode.
+    files: BTreeMap<u64, FileImg>,
+    /// The directory as of the last directory sync, and as reads see it.
+    synced: BTreeMap<String, u64>,
+    live: BTreeMap<String, u64>,
+    /// Entry changes since the last directory sync, in order.
+    unsynced: Vec<DirOp>,
+    next_ino: u64,
+    ops: u64,
+    cut_at: Option<u64>,
+    cut: bool,
+}
+
+/// A [`LogDisk`] that loses what was not synced: file data written since
+/// the file's last `sync` (kept or lost sector by sector, at random), and
+/// directory entries (creations, renames, removals) since the last
+/// `sync_dir` (a random prefix of them survives, as a journal replays).
+/// A file that loses its name is gone. Clones share one disk.
+#[derive(Debug, Clone, Default)]
+struct LogCut(Arc<Mutex<Dir>>);
+
+impl LogCut {
+    fn dir(&self) -> MutexGuard<'_, Dir> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tick(&self) -> io::Result<MutexGuard<'_, Dir>> {
+        let mut d = self.dir();
+        d.ops += 1;
+        if d.cut_at.is_some_and(|at| d.ops >= at) {
+            d.cut = true;
+        }
+        if d.cut {
+            return Err(lost());
+        }
+        Ok(d)
+    }
+
+    fn ino(d: &Dir, name: &str) -> io::Result<u64> {
+        d.live
+            .get(name)
+            .copied()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))
+    }
+
+    fn after_power_loss(&self, rng: &mut ChaCha8Rng) -> LogCut {
+        let d = self.dir();
+        let mut names = d.synced.clone();
+        let keep = rng.random_range(0..=d.unsynced.len());
+        for op in &d.unsynced[..keep] {
+            match op {
+                DirOp::Link(n, ino) => {
+                    names.insert(n.clone(), *ino);
+                }
+                DirOp::Unlink(n) => {
+                    names.remove(n);
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        for ino in names.values() {
+            let f = &d.files[ino];
+            let mut img = f.synced.clone();
+            for op in &f.unsynced {
+                match op {
+                    Op::SetLen(_) => {
+                        if rng.random_bool(0.5) {
+                            apply(&mut img, op);
+                        }
+                    }
+                    Op::Write(off, data) => {
+                        for (i, sector) in data.chunks(SECTOR).enumerate() {
+                            if rng.random_bool(0.5) {
+                                let at = off + u64::try_from(i * SECTOR).unwrap();
+                                apply(&mut img, &Op::Write(at, sector.to_vec()));
+                            }
+                        }
+                    }
+                }
+            }
+            files.insert(
+                *ino,
+                FileImg {
+                    synced: img.clone(),
+                    live: img,
+                    unsynced: Vec::new(),
+                },
+            );
+        }
+        LogCut(Arc::new(Mutex::new(Dir {
+            files,
+            synced: names.clone(),
+            live: names,
+            next_ino: d.next_ino,
+            ..Dir::default()
+        })))
+    }
+}
+
+impl LogDisk for LogCut {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let d = self.dir();
+        if d.cut {
+            return Err(lost());
+        }
+        Ok(d.live.keys().cloned().collect())
+    }
+
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let d = self.dir();
+        if d.cut {
+            return Err(lost());
+        }
+        Ok(d.live.get(name).map(|ino| d.files[ino].live.clone()))
+    }
+
+    fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let ino = match d.live.get(name) {
+            Some(&ino) => ino,
+            None => {
+                let ino = d.next_ino;
+                d.next_ino += 1;
+                d.files.insert(ino, FileImg::default());
+                d.live.insert(name.to_string(), ino);
+                d.unsynced.push(DirOp::Link(name.to_string(), ino));
+                ino
+            }
+        };
+        let f = d.files.get_mut(&ino).unwrap();
+        let op = Op::Write(u64::try_from(f.live.len()).unwrap(), data.to_vec());
+        apply(&mut f.live, &op);
+        f.unsynced.push(op);
+        Ok(())
+    }
+
+    fn sync(&mut self, name: &str) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let ino = Self::ino(&d, name)?;
+        let f = d.files.get_mut(&ino).unwrap();
+        f.synced = f.live.clone();
+        f.unsynced.clear();
+        Ok(())
+    }
+
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let ino = Self::ino(&d, name)?;
+        let f = d.files.get_mut(&ino).unwrap();
+        let op = Op::SetLen(len);
+        apply(&mut f.live, &op);
+        f.unsynced.push(op);
+        Ok(())
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        let mut d = self.tick()?;
+        let ino = Self::ino(&d, from)?;
+        d.live.remove(from);
+        d.live.insert(to.to_string(), ino);
+        // A rename is atomic in the journal: its two halves land together.
+        d.unsynced.push(DirOp::Link(to.to_string(), ino));
+        let at = d.unsynced.len() - 1;
+        d.unsynced.insert(at, DirOp::Unlink(from.to_string()));
+        Ok(())
+    }
+
+    fn remove(&mut self, name: &str) -> io::Result<()> {
+        let mut d = self.tick()?;
+        if d.live.remove(name).is_some() {
+            d.unsynced.push(DirOp::Unlink(name.to_string()));
+        }
+        Ok(())
+    }
+
+    fn sync_dir(&mut self) -> io::Result<()> {
+        let mut d = self.tick()?;
+        d.synced = d.live.clone();
+        d.unsynced.clear();
+        Ok(())
+    }
+}
+
+/// Checkpoints every few commits, so the cuts fall inside them too.
+fn log_options() -> LogOptions {
+    LogOptions {
+        checkpoint_bytes: 2 * 1024,
+    }
+}
+
+impl Rig for LogCut {
+    type S = LogStore;
+    const EVERY_OP: bool = true;
+    fn blank() -> Self {
+        LogCut::default()
+    }
+    fn open(&self) -> Result<LogStore, StoreError> {
+        LogStore::open_on(self.clone(), log_options())
+    }
+    fn ops(&self) -> u64 {
+        self.dir().ops
+    }
+    fn cut_at(&self, op: u64) {
+        self.dir().cut_at = Some(op);
+    }
+    fn back(&self, _opened: bool, rng: &mut ChaCha8Rng) -> Self {
+        self.after_power_loss(rng)
+    }
+}
+
 // ------------------------------------------------------------ the workload
 
 /// One commit as the node made it.
@@ -313,7 +589,7 @@ fn options() -> StoreOptions {
     }
 }
 
-fn commit(store: &mut RedbStore, entry: &Logged) -> Result<Committed, StoreError> {
+fn commit(store: &mut dyn Store, entry: &Logged) -> Result<Committed, StoreError> {
     let batches: Vec<&[Record]> = entry.1.iter().map(Vec::as_slice).collect();
     store.commit(entry.0, &batches)
 }
@@ -325,9 +601,9 @@ struct Clean {
     bounds: Vec<(u64, u64)>,
 }
 
-fn clean_replay(log: &[Logged]) -> Clean {
-    let disk = PowerCut::default();
-    let mut store = RedbStore::open_on(disk.clone(), &options()).unwrap();
+fn clean_replay<R: Rig>(log: &[Logged]) -> Clean {
+    let disk = R::blank();
+    let mut store = disk.open().unwrap();
     let mut snaps = vec![fingerprint(&store.load().unwrap())];
     let mut bounds = Vec::new();
     for entry in log {
@@ -342,14 +618,14 @@ fn clean_replay(log: &[Logged]) -> Clean {
 /// One crash at I/O operation `at`: replays until the power fails, brings
 /// the disk back with a seeded loss of unsynced writes, and checks it.
 /// Returns whether the crash fell inside a commit.
-fn crash_at(side: &str, log: &[Logged], clean: &Clean, at: u64, seed: u64) -> bool {
-    let disk = PowerCut::default();
+fn crash_at<R: Rig>(side: &str, log: &[Logged], clean: &Clean, at: u64, seed: u64) -> bool {
+    let disk = R::blank();
     disk.cut_at(at);
     let label = format!("{side}: power cut at I/O op {at}, seed {seed}");
     // The store may not even finish opening before the cut.
     let mut acked = 0usize;
     let mut opened = false;
-    if let Ok(mut store) = RedbStore::open_on(disk.clone(), &options()) {
+    if let Ok(mut store) = disk.open() {
         opened = true;
         for entry in log {
             if commit(&mut store, entry).is_err() {
@@ -362,17 +638,9 @@ fn crash_at(side: &str, log: &[Logged], clean: &Clean, at: u64, seed: u64) -> bo
         drop(store);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ at.rotate_left(17));
-    let image = if opened {
-        disk.after_power_loss(&mut rng)
-    } else {
-        // A cut while the database was being created: `RedbStore::open_with`
-        // builds a new file under a temporary name and renames it into
-        // place only once it is initialised and synced, so the node finds
-        // no database and creates a fresh one (nothing was acknowledged).
-        Vec::new()
-    };
-    let back = PowerCut::on(image);
-    let store = RedbStore::open_on(back, &options())
+    let back = disk.back(opened, &mut rng);
+    let store = back
+        .open()
         .unwrap_or_else(|e| panic!("{label}: the store does not open after the cut: {e}"));
     let st = store
         .load()
@@ -404,20 +672,20 @@ fn crash_points(clean: &Clean, full: bool) -> Vec<u64> {
     pts
 }
 
-fn enumerate(side: &str, log: &[Logged]) {
+fn enumerate<R: Rig>(side: &str, log: &[Logged]) {
     assert!(
         log.len() >= 10,
         "{side}: the workload made {} commits",
         log.len()
     );
-    let full = std::env::var_os("ABHYASA_POWER_LOSS_FULL").is_some();
-    let clean = clean_replay(log);
+    let full = R::EVERY_OP || std::env::var_os("ABHYASA_POWER_LOSS_FULL").is_some();
+    let clean = clean_replay::<R>(log);
     let seeds: &[u64] = if full { &[1, 2, 3, 4] } else { &[1] };
     let mut inside = 0;
     let pts = crash_points(&clean, full);
     for &at in &pts {
         for &seed in seeds {
-            if crash_at(side, log, &clean, at, seed) {
+            if crash_at::<R>(side, log, &clean, at, seed) {
                 inside += 1;
             }
         }
@@ -437,14 +705,30 @@ fn enumerate(side: &str, log: &[Logged]) {
 #[test]
 fn c_st_1_power_loss_custodian_commits_survive() {
     let (clog, _) = workload();
-    enumerate("custodian", &clog);
+    enumerate::<PowerCut>("custodian", &clog);
 }
 
 /// C-ST-1 on the receiver's commits (ledger, effects, intents, deferrals).
 #[test]
 fn c_st_1_power_loss_receiver_commits_survive() {
     let (_, rlog) = workload();
-    enumerate("receiver", &rlog);
+    enumerate::<PowerCut>("receiver", &rlog);
+}
+
+/// C-ST-1 on the log store, custodian side: cuts inside commits, inside
+/// checkpoints (snapshot written, renamed, log started, old files
+/// removed) and inside recovery's own writes.
+#[test]
+fn c_st_1_power_loss_log_store_custodian_commits_survive() {
+    let (clog, _) = workload();
+    enumerate::<LogCut>("log custodian", &clog);
+}
+
+/// C-ST-1 on the log store, receiver side.
+#[test]
+fn c_st_1_power_loss_log_store_receiver_commits_survive() {
+    let (_, rlog) = workload();
+    enumerate::<LogCut>("log receiver", &rlog);
 }
 
 /// The backend itself: a cut loses exactly the unsynced writes when the

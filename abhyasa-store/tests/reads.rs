@@ -219,7 +219,7 @@ fn downgrade_to_v1(kind: Kind, path: &std::path::Path) {
 // are derived from its records, and it reports format 2.
 #[test]
 fn version_1_database_is_migrated_on_open_c_nd_5() {
-    for kind in DISK {
+    for kind in LEGACY {
         let dir = tempfile::tempdir().unwrap();
         let path = disk_path(kind, dir.path());
         {
@@ -280,6 +280,7 @@ impl Backend for PathBackend {
 fn damage(kind: Kind, path: &std::path::Path, table: &str, key: &str) {
     let garbage = [0xff, 0xff, 0x01];
     match kind {
+        Kind::Log => log_inject(path, table, key.as_bytes(), Some(&garbage)),
         Kind::Sled => {
             let db = sled::open(path).unwrap();
             db.open_tree(table)
@@ -317,12 +318,10 @@ fn quarantine_rebuilds_the_indexes_c_nd_5() {
         }
         damage(kind, &path, "custody_pending", "ob-02");
         {
-            let mut r = match kind {
-                Kind::Sled => abhyasa_store::StoreKind::Sled,
-                _ => abhyasa_store::StoreKind::Redb,
-            }
-            .open_for_repair(&path, &abhyasa_store::StoreOptions::default())
-            .unwrap();
+            let mut r = kind
+                .store_kind()
+                .open_for_repair(&path, &abhyasa_store::StoreOptions::default())
+                .unwrap();
             let moved = r.quarantine(at(3)).unwrap();
             assert_eq!(moved.len(), 1, "{kind:?}");
         }
@@ -389,7 +388,7 @@ fn split_event_blocks(kind: Kind, path: &std::path::Path) {
 #[test]
 fn event_rows_from_before_blocks_read_and_compact_with_blocks() {
     use abhyasa_core::store::{EventId, LogEvent};
-    for kind in DISK {
+    for kind in LEGACY {
         let dir = tempfile::tempdir().unwrap();
         let path = disk_path(kind, dir.path());
         let ob = Obligation::builder()

@@ -709,6 +709,7 @@ fn newer_format_version_is_refused() {
         }
         let newer = (FORMAT_VERSION + 1).to_be_bytes();
         match kind {
+            Kind::Log => log_inject(&path, "meta", b"format_version", Some(&newer)),
             Kind::Sled => {
                 let db = sled::open(&path).unwrap();
                 db.open_tree("meta")
@@ -752,6 +753,7 @@ fn corrupt_rows_are_typed_errors() {
             let _ = s.commit(EPOCH, &[&[opened(&phala("a", -0.3))]]).unwrap();
         }
         match kind {
+            Kind::Log => log_inject(&path, "custody_pending", b"a", Some(&[0xff, 0xff, 0x01])),
             Kind::Sled => {
                 let db = sled::open(&path).unwrap();
                 db.open_tree("custody_pending")
@@ -790,6 +792,7 @@ fn store_kind_parses_config_values() {
     use abhyasa_store::StoreKind;
     assert_eq!("sled".parse::<StoreKind>().unwrap(), StoreKind::Sled);
     assert_eq!("redb".parse::<StoreKind>().unwrap(), StoreKind::Redb);
+    assert_eq!("log".parse::<StoreKind>().unwrap(), StoreKind::Log);
     assert!("rocksdb".parse::<StoreKind>().is_err());
     let dir = tempfile::tempdir().unwrap();
     let mut s = StoreKind::default()

@@ -112,6 +112,7 @@ fn main() -> Result<(), BoxError> {
         "all" => vec![
             Backend::Embedded(StoreKind::Redb),
             Backend::Embedded(StoreKind::Sled),
+            Backend::Embedded(StoreKind::Log),
         ],
         "postgres" => {
             let url = args

@@ -100,10 +100,85 @@ pub enum Kind {
     Sim,
     Sled,
     Redb,
+    Log,
 }
 
-pub const ALL: [Kind; 3] = [Kind::Sim, Kind::Sled, Kind::Redb];
-pub const DISK: [Kind; 2] = [Kind::Sled, Kind::Redb];
+pub const ALL: [Kind; 4] = [Kind::Sim, Kind::Sled, Kind::Redb, Kind::Log];
+pub const DISK: [Kind; 3] = [Kind::Sled, Kind::Redb, Kind::Log];
+/// The stores that existed before format 2 and event blocks: the log
+/// store was born on them, so it has no older database to migrate.
+pub const LEGACY: [Kind; 2] = [Kind::Sled, Kind::Redb];
+
+impl Kind {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Sim => "sim",
+            Kind::Sled => "sled",
+            Kind::Redb => "redb",
+            Kind::Log => "log",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Kind {
+        [Kind::Sim, Kind::Sled, Kind::Redb, Kind::Log]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .unwrap()
+    }
+
+    /// The embedded store kind.
+    pub fn store_kind(self) -> abhyasa_store::StoreKind {
+        self.name().parse().unwrap()
+    }
+}
+
+/// Writes `value` (or deletes, `None`) at `key` of `table` in the log
+/// store in `dir`, as the store itself would: one record appended to its
+/// current log, framed and checksummed as `log_store.rs` documents
+/// (`len | crc32(gen, offset, len, payload) | payload`). The tests use it
+/// to plant rows the store would never write.
+pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<&[u8]>) {
+    let t = abhyasa_store::kv::KvTable::all()
+        .position(|t| t.name() == table)
+        .unwrap();
+    let gen = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_prefix("log-").and_then(|g| g.parse::<u64>().ok())
+        })
+        .max()
+        .unwrap();
+    let path = dir.join(format!("log-{gen}"));
+    let offset = std::fs::metadata(&path).unwrap().len();
+    let mut p = vec![
+        if value.is_some() { 1u8 } else { 2 },
+        u8::try_from(t).unwrap(),
+    ];
+    p.extend_from_slice(&u32::try_from(key.len()).unwrap().to_le_bytes());
+    p.extend_from_slice(key);
+    if let Some(v) = value {
+        p.extend_from_slice(&u32::try_from(v.len()).unwrap().to_le_bytes());
+        p.extend_from_slice(v);
+    }
+    let len = u32::try_from(p.len()).unwrap().to_le_bytes();
+    let mut h = crc32fast::Hasher::new();
+    h.update(&gen.to_le_bytes());
+    h.update(&offset.to_le_bytes());
+    h.update(&len);
+    h.update(&p);
+    let mut rec = len.to_vec();
+    rec.extend_from_slice(&h.finalize().to_le_bytes());
+    rec.extend_from_slice(&p);
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(&rec).unwrap();
+    f.sync_data().unwrap();
+}
 
 /// A store plus what a test needs around it: a crash hook on commit `k`
 /// and a restart (crash of the simulated process, or close and reopen of
@@ -166,6 +241,7 @@ pub fn open_disk(kind: Kind, path: &std::path::Path) -> Result<Box<dyn Store>, S
     Ok(match kind {
         Kind::Sled => Box::new(SledStore::open_with(path, &opts)?),
         Kind::Redb => Box::new(RedbStore::open_with(path, &opts)?),
+        Kind::Log => Box::new(abhyasa_store::LogStore::open(path)?),
         Kind::Sim => unreachable!("not a disk store"),
     })
 }
@@ -193,6 +269,7 @@ pub fn reopen(kind: Kind, path: &std::path::Path) -> Box<dyn Store> {
 pub fn disk_path(kind: Kind, dir: &std::path::Path) -> PathBuf {
     match kind {
         Kind::Sled => dir.join("sled"),
+        Kind::Log => dir.join("log"),
         _ => dir.join("node.redb"),
     }
 }

@@ -1,0 +1,979 @@
+//! [`LogStore`]: the store as an append-only log of commits with every
+//! table held in memory, for the hot path of custody (issue 14).
+//!
+//! The tables and rules are the same as the other embedded stores' (the
+//! engine in `engine.rs` runs over this store's transaction exactly as it
+//! runs over redb's); only the storage differs:
+//!
+//! - **One write and one `fdatasync` per commit.** A commit's write set
+//!   (every put and delete, in table and key order) is encoded as one log
+//!   record — `len: u32 LE | crc: u32 LE | payload`, the CRC-32 taken over
+//!   the generation, the record's offset, `len` and the payload, so a
+//!   record copied elsewhere (or written inside an obligation's payload)
+//!   never checks — and
+//!   appended to the current log file, which is synced before the commit
+//!   returns. Only then are the writes applied to the in-memory tables, so
+//!   a read never sees a commit that is not durable.
+//! - **Reads answer from memory.** Every table lives in a `BTreeMap` of raw
+//!   rows: the commit path never reads the disk.
+//! - **Checkpoints.** When the log has grown past the last snapshot's size
+//!   (and at least [`LogOptions::checkpoint_bytes`]), the whole state is
+//!   written to a new snapshot `snap-{g+1}` (written as `snap-{g+1}.tmp`,
+//!   synced, renamed, directory synced, with a CRC over all of it), an
+//!   empty log `log-{g+1}` is created and the directory synced again; then
+//!   the older files are removed. The checkpoint runs inside the commit
+//!   that crosses the threshold (amortised: each byte of state is rewritten
+//!   at most once per byte of log).
+//! - **Recovery** loads the newest snapshot and replays its log. A record
+//!   that does not check is the commit a crash tore (only the last record
+//!   can be: each is synced before the next is written) and it and
+//!   anything after it are cut off; it was never acknowledged. If a whole
+//!   record starts where the bad one says it ends, the bad one is damage,
+//!   not a tear, and the store refuses to open ([`StoreError::Corrupt`])
+//!   rather than drop acknowledged commits. (Damage to a header's length
+//!   is read as a tear at that record: the check is one position, so a
+//!   torn write can never be mistaken for damage.)
+//! - **A failed write or sync poisons the store.** After an I/O error in
+//!   the commit path the file's state is unknown (a failed `fsync` may have
+//!   dropped dirty pages), so every later commit fails until the store is
+//!   reopened, which recovers from what is on disk.
+//!
+//! The files live behind [`LogDisk`], so the power-loss test runs the store
+//! on a disk that drops whatever was not synced.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use abhyasa_core::custody::Record;
+use abhyasa_core::principal::DecisionItem;
+use abhyasa_core::store::{
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
+};
+use abhyasa_core::{ObligationId, Timestamp};
+
+use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::{index, reads};
+use crate::{CorruptRow, QuarantinedRow, Repair};
+
+const BACKEND: &str = "log";
+
+/// The snapshot file's first bytes.
+const SNAP_MAGIC: &[u8; 8] = b"ABHYSNAP";
+/// The snapshot layout version.
+const SNAP_VERSION: u32 = 1;
+/// Marks the end of a snapshot's entries (no table has this index).
+const SNAP_END: u8 = 0xFF;
+/// A log record's header: length and checksum.
+const HEADER: usize = 8;
+/// No commit writes more than this in one record; a longer length in a
+/// header is a torn or damaged one.
+const MAX_RECORD: usize = 1 << 30;
+/// Put and delete in a log record.
+const OP_PUT: u8 = 1;
+const OP_DEL: u8 = 2;
+
+/// The files of a [`LogStore`]: a flat directory of named files, each read
+/// whole and written by appending. [`FsDisk`] is the real one; the
+/// power-loss test supplies one that forgets what was not synced.
+pub trait LogDisk: Send + fmt::Debug {
+    /// The names of the files present.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// The whole content of `name`, or `None` if there is no such file.
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    /// Appends `data` to `name`, creating it if missing.
+    fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()>;
+    /// Makes `name`'s content durable (`fdatasync`).
+    fn sync(&mut self, name: &str) -> io::Result<()>;
+    /// Cuts `name` to `len` bytes.
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes `name` (absent is fine).
+    fn remove(&mut self, name: &str) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&mut self) -> io::Result<()>;
+}
+
+/// A [`LogDisk`] on a directory of the file system. It holds an exclusive
+/// lock on `LOCK` in the directory while open, so two processes never
+/// write one store.
+#[derive(Debug)]
+pub struct FsDisk {
+    dir: PathBuf,
+    files: HashMap<String, File>,
+    _lock: File,
+}
+
+const LOCK: &str = "LOCK";
+
+impl FsDisk {
+    /// Opens (creating it if missing) the directory `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("{} is open in another process", dir.display()),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        Ok(Self {
+            dir,
+            files: HashMap::new(),
+            _lock: lock,
+        })
+    }
+
+    fn file(&mut self, name: &str) -> io::Result<&mut File> {
+        if !self.files.contains_key(name) {
+            let f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.join(name))?;
+            self.files.insert(name.to_string(), f);
+        }
+        self.files
+            .get_mut(name)
+            .ok_or_else(|| io::Error::other("file handle missing after open"))
+    }
+}
+
+impl LogDisk for FsDisk {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            if let Some(name) = e.file_name().to_str() {
+                if name != LOCK {
+                    out.push(name.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.dir.join(name)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        self.file(name)?.write_all(data)
+    }
+
+    fn sync(&mut self, name: &str) -> io::Result<()> {
+        self.file(name)?.sync_data()
+    }
+
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.file(name)?.set_len(len)
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        self.files.remove(from);
+        self.files.remove(to);
+        std::fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+
+    fn remove(&mut self, name: &str) -> io::Result<()> {
+        self.files.remove(name);
+        match std::fs::remove_file(self.dir.join(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn sync_dir(&mut self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// Tuning of a [`LogStore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// The log is checkpointed into a new snapshot once it holds more than
+    /// this many bytes and more than the last snapshot did. Default 64 MiB.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            checkpoint_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+type Rows = BTreeMap<Box<[u8]>, Box<[u8]>>;
+
+/// The store as a commit log with in-memory tables (see the module doc).
+pub struct LogStore {
+    disk: Box<dyn LogDisk>,
+    tables: Vec<Rows>,
+    path: PathBuf,
+    format: u32,
+    /// The generation: the snapshot `snap-{gen}` (none for 0) and the log
+    /// `log-{gen}` after it.
+    gen: u64,
+    log_bytes: u64,
+    snap_bytes: u64,
+    options: LogOptions,
+    /// Why commits are refused, after a failed write or sync.
+    poisoned: Option<String>,
+}
+
+impl fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore")
+            .field("path", &self.path)
+            .field("gen", &self.gen)
+            .field("log_bytes", &self.log_bytes)
+            .field("snap_bytes", &self.snap_bytes)
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> StoreError {
+    move |source| StoreError::Io { op, source }
+}
+
+fn corrupt(file: &str, at: usize, detail: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        table: if file.starts_with("snap-") {
+            "snapshot"
+        } else {
+            "log"
+        },
+        key: format!("{file}@{at}"),
+        detail: detail.into(),
+    }
+}
+
+fn log_name(gen: u64) -> String {
+    format!("log-{gen}")
+}
+
+fn snap_name(gen: u64) -> String {
+    format!("snap-{gen}")
+}
+
+fn crc(parts: &[&[u8]]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()
+}
+
+fn put_len(out: &mut Vec<u8>, n: usize) -> Result<(), StoreError> {
+    let n = u32::try_from(n).map_err(|_| StoreError::Unwritable {
+        table: "log",
+        key: String::new(),
+        detail: format!("an entry of {n} bytes is larger than a log entry can hold"),
+    })?;
+    out.extend_from_slice(&n.to_le_bytes());
+    Ok(())
+}
+
+/// A cursor over bytes that never reads past their end.
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let s = self.b.get(self.at..end)?;
+        self.at = end;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|s| s[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        let s = self.take(4)?;
+        Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let s = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Some(u64::from_le_bytes(a))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u32()?).ok()?;
+        self.take(n)
+    }
+    fn done(&self) -> bool {
+        self.at == self.b.len()
+    }
+}
+
+fn table_of(i: u8) -> Option<Table> {
+    Table::ALL.get(usize::from(i)).copied()
+}
+
+/// One write of a commit: a put (`Some`) or a delete (`None`).
+type Write1 = Option<Box<[u8]>>;
+
+/// A commit's writes, as decoded from its log record.
+type Ops = Vec<(Table, Box<[u8]>, Write1)>;
+
+/// Decodes a log record's payload into its writes.
+fn decode_ops(payload: &[u8]) -> Option<Ops> {
+    let mut c = Cursor { b: payload, at: 0 };
+    let mut out = Vec::new();
+    while !c.done() {
+        let op = c.u8()?;
+        let t = table_of(c.u8()?)?;
+        let k: Box<[u8]> = c.bytes()?.into();
+        let v = match op {
+            OP_PUT => Some(c.bytes()?.into()),
+            OP_DEL => None,
+            _ => return None,
+        };
+        out.push((t, k, v));
+    }
+    Some(out)
+}
+
+/// A record's checksum: over the generation and offset (the salt) and
+/// over its length and payload.
+fn record_crc(gen: u64, at: usize, len_bytes: &[u8], payload: &[u8]) -> u32 {
+    crc(&[
+        &gen.to_le_bytes(),
+        &(at as u64).to_le_bytes(),
+        len_bytes,
+        payload,
+    ])
+}
+
+/// A record's length field at `at`, if it is plausible.
+fn len_at(b: &[u8], at: usize) -> Option<usize> {
+    let s = b.get(at..at.checked_add(4)?)?;
+    let len = usize::try_from(u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok()?;
+    (len != 0 && len <= MAX_RECORD).then_some(len)
+}
+
+/// The record starting at `at` of log `gen`, if one is whole and checks:
+/// its writes and its end.
+fn record_at(b: &[u8], gen: u64, at: usize) -> Option<(Ops, usize)> {
+    let mut c = Cursor { b, at };
+    let len_bytes = c.take(4)?;
+    let len = usize::try_from(u32::from_le_bytes([
+        len_bytes[0],
+        len_bytes[1],
+        len_bytes[2],
+        len_bytes[3],
+    ]))
+    .ok()?;
+    if len == 0 || len > MAX_RECORD {
+        return None;
+    }
+    let sum = c.u32()?;
+    let payload = c.take(len)?;
+    if record_crc(gen, at, len_bytes, payload) != sum {
+        return None;
+    }
+    Some((decode_ops(payload)?, c.at))
+}
+
+fn apply(tables: &mut [Rows], t: Table, k: Box<[u8]>, v: Write1) {
+    let rows = &mut tables[t.index()];
+    match v {
+        Some(v) => {
+            rows.insert(k, v);
+        }
+        None => {
+            rows.remove(&k);
+        }
+    }
+}
+
+fn encode_snapshot(gen: u64, tables: &[Rows]) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::new();
+    out.extend_from_slice(SNAP_MAGIC);
+    out.extend_from_slice(&SNAP_VERSION.to_le_bytes());
+    out.extend_from_slice(&gen.to_le_bytes());
+    let mut count = 0u64;
+    for t in Table::ALL {
+        let ti = u8::try_from(t.index()).map_err(|_| StoreError::Unwritable {
+            table: "log",
+            key: String::new(),
+            detail: "table index does not fit a byte".into(),
+        })?;
+        for (k, v) in &tables[t.index()] {
+            out.push(ti);
+            put_len(&mut out, k.len())?;
+            out.extend_from_slice(k);
+            put_len(&mut out, v.len())?;
+            out.extend_from_slice(v);
+            count += 1;
+        }
+    }
+    out.push(SNAP_END);
+    out.extend_from_slice(&count.to_le_bytes());
+    let sum = crc(&[&out]);
+    out.extend_from_slice(&sum.to_le_bytes());
+    Ok(out)
+}
+
+fn decode_snapshot(name: &str, gen: u64, b: &[u8]) -> Result<Vec<Rows>, StoreError> {
+    let bad = |at: usize, d: &str| corrupt(name, at, format!("snapshot {d}"));
+    let Some(body_len) = b.len().checked_sub(4) else {
+        return Err(bad(0, "is shorter than its trailer"));
+    };
+    let (body, sum) = b.split_at(body_len);
+    if crc(&[body]) != u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]) {
+        return Err(bad(body_len, "checksum does not match"));
+    }
+    let mut c = Cursor { b: body, at: 0 };
+    if c.take(8) != Some(SNAP_MAGIC.as_slice()) {
+        return Err(bad(0, "has no snapshot header"));
+    }
+    match c.u32() {
+        Some(SNAP_VERSION) => {}
+        Some(v) => return Err(bad(8, &format!("layout version {v} is not {SNAP_VERSION}"))),
+        None => return Err(bad(8, "is truncated")),
+    }
+    if c.u64() != Some(gen) {
+        return Err(bad(12, "names another generation than its file"));
+    }
+    let mut tables: Vec<Rows> = Table::ALL.iter().map(|_| Rows::new()).collect();
+    let mut count = 0u64;
+    loop {
+        let at = c.at;
+        let ti = c.u8().ok_or_else(|| bad(at, "is truncated"))?;
+        if ti == SNAP_END {
+            break;
+        }
+        let t = table_of(ti).ok_or_else(|| bad(at, &format!("names table {ti}")))?;
+        let k = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
+        let v = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
+        tables[t.index()].insert(k.into(), v.into());
+        count += 1;
+    }
+    if c.u64() != Some(count) || !c.done() {
+        return Err(bad(c.at, "entry count does not match"));
+    }
+    Ok(tables)
+}
+
+/// The files of one directory listing, sorted out.
+#[derive(Default)]
+struct Listing {
+    snaps: Vec<u64>,
+    logs: Vec<u64>,
+    stray: Vec<String>,
+}
+
+fn parse_gen(name: &str, prefix: &str) -> Option<u64> {
+    let rest = name.strip_prefix(prefix)?;
+    if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+fn listing(names: Vec<String>) -> Listing {
+    let mut l = Listing::default();
+    for n in names {
+        if let Some(g) = parse_gen(&n, "snap-") {
+            l.snaps.push(g);
+        } else if let Some(g) = parse_gen(&n, "log-") {
+            l.logs.push(g);
+        } else if n.ends_with(".tmp") {
+            l.stray.push(n);
+        }
+        // Anything else is not ours; leave it.
+    }
+    l
+}
+
+/// A write transaction: the writes, by table, over the committed tables.
+struct LogTxn<'a> {
+    base: &'a [Rows],
+    writes: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+}
+
+impl Txn for LogTxn<'_> {
+    fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(w) = self.writes[t.index()].get(k) {
+            return Ok(w.clone());
+        }
+        Ok(self.base[t.index()].get(k).map(|v| v.to_vec()))
+    }
+
+    fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
+        self.writes[t.index()].insert(k.to_vec(), Some(v.to_vec()));
+        Ok(())
+    }
+
+    fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        self.writes[t.index()].insert(k.to_vec(), None);
+        Ok(())
+    }
+}
+
+struct LogView<'a>(&'a [Rows]);
+
+impl View for LogView<'_> {
+    fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0[t.index()].get(k).map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
+        for (k, v) in self.0[t.index()].range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
+        {
+            if !f(k, v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LogStore {
+    /// Opens (or creates) the store in the directory `dir` with default
+    /// options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(dir, LogOptions::default())
+    }
+
+    /// Opens (or creates) the store in the directory `dir`.
+    pub fn open_with(dir: impl AsRef<Path>, options: LogOptions) -> Result<Self, StoreError> {
+        let path = dir.as_ref().to_path_buf();
+        let disk = FsDisk::open(&path).map_err(io_err("open the store directory"))?;
+        let mut s = Self::recover(Box::new(disk), options)?;
+        s.path = path;
+        Ok(s)
+    }
+
+    /// Opens (or creates) the store on a caller-supplied [`LogDisk`]: the
+    /// same recovery, format checks and migrations as
+    /// [`LogStore::open_with`]. [`LogStore::path`] is empty for it.
+    pub fn open_on(disk: impl LogDisk + 'static, options: LogOptions) -> Result<Self, StoreError> {
+        Self::recover(Box::new(disk), options)
+    }
+
+    /// The store's directory (empty for [`LogStore::open_on`]).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn recover(mut disk: Box<dyn LogDisk>, options: LogOptions) -> Result<Self, StoreError> {
+        let l = listing(disk.list().map_err(io_err("list the store directory"))?);
+        for n in &l.stray {
+            // An interrupted checkpoint: its snapshot was never renamed
+            // into place, so nothing depends on it.
+            disk.remove(n)
+                .map_err(io_err("remove an interrupted checkpoint"))?;
+        }
+        let gen = l.snaps.iter().copied().max().unwrap_or(0);
+        if let Some(g) = l.logs.iter().copied().find(|&g| g > gen) {
+            // A log is created only after the snapshot it follows is durable.
+            return Err(corrupt(
+                &log_name(g),
+                0,
+                format!("log {g} has no snapshot {g} before it (newest is {gen})"),
+            ));
+        }
+        let (mut tables, snap_bytes) = if l.snaps.is_empty() {
+            (Table::ALL.iter().map(|_| Rows::new()).collect(), 0)
+        } else {
+            let name = snap_name(gen);
+            let b = disk
+                .read(&name)
+                .map_err(io_err("read the snapshot"))?
+                .ok_or_else(|| corrupt(&name, 0, "snapshot vanished while opening"))?;
+            (decode_snapshot(&name, gen, &b)?, b.len() as u64)
+        };
+        let name = log_name(gen);
+        let log_bytes = match disk.read(&name).map_err(io_err("read the log"))? {
+            Some(b) => {
+                let end = replay(&name, gen, &b, &mut tables)?;
+                if end < b.len() {
+                    // The torn last commit: never acknowledged.
+                    disk.truncate(&name, end as u64)
+                        .and_then(|()| disk.sync(&name))
+                        .map_err(io_err("cut a torn commit off the log"))?;
+                }
+                end as u64
+            }
+            None => {
+                disk.append(&name, &[])
+                    .and_then(|()| disk.sync(&name))
+                    .and_then(|()| disk.sync_dir())
+                    .map_err(io_err("create the log"))?;
+                0
+            }
+        };
+        for g in l.snaps.iter().filter(|&&g| g < gen) {
+            disk.remove(&snap_name(*g))
+                .map_err(io_err("remove an old snapshot"))?;
+        }
+        for g in l.logs.iter().filter(|&&g| g < gen) {
+            disk.remove(&log_name(*g))
+                .map_err(io_err("remove an old log"))?;
+        }
+        let mut s = Self {
+            disk,
+            tables,
+            path: PathBuf::new(),
+            format: 0,
+            gen,
+            log_bytes,
+            snap_bytes,
+            options,
+            poisoned: None,
+        };
+        let view = LogView(&s.tables);
+        s.format = match engine::check_format(&view)? {
+            Format::Known(v) if engine::needs_rebuild(&view, v)? => {
+                let plan = index::plan_rebuild(&view)?;
+                s.transact(|t| engine::finish_rebuild(t, &plan))?;
+                engine::FORMAT_VERSION
+            }
+            Format::Known(v) => v,
+            Format::Fresh => {
+                s.transact(|t| engine::init_format(t))?;
+                engine::FORMAT_VERSION
+            }
+        };
+        Ok(s)
+    }
+
+    fn view(&self) -> LogView<'_> {
+        LogView(&self.tables)
+    }
+
+    /// Runs `f` over a transaction; if it succeeds, writes its write set
+    /// as one log record, syncs it, and only then applies it.
+    fn transact<T>(
+        &mut self,
+        f: impl FnOnce(&mut LogTxn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if let Some(why) = &self.poisoned {
+            return Err(StoreError::Io {
+                op: "commit",
+                source: io::Error::other(format!(
+                    "the store refuses commits until it is reopened: {why}"
+                )),
+            });
+        }
+        let mut txn = LogTxn {
+            base: &self.tables,
+            writes: Table::ALL.iter().map(|_| BTreeMap::new()).collect(),
+        };
+        let out = f(&mut txn)?;
+        let writes = txn.writes;
+        let mut rec = vec![0u8; HEADER];
+        for t in Table::ALL {
+            let ti = t.index() as u8;
+            for (k, v) in &writes[t.index()] {
+                rec.push(if v.is_some() { OP_PUT } else { OP_DEL });
+                rec.push(ti);
+                put_len(&mut rec, k.len())?;
+                rec.extend_from_slice(k);
+                if let Some(v) = v {
+                    put_len(&mut rec, v.len())?;
+                    rec.extend_from_slice(v);
+                }
+            }
+        }
+        let len = rec.len() - HEADER;
+        if len == 0 {
+            return Ok(out);
+        }
+        if len > MAX_RECORD {
+            return Err(StoreError::Unwritable {
+                table: "log",
+                key: String::new(),
+                detail: format!("a commit of {len} bytes is larger than a log record may be"),
+            });
+        }
+        let len_bytes = (len as u32).to_le_bytes();
+        let at = usize::try_from(self.log_bytes).map_err(|_| StoreError::Unwritable {
+            table: "log",
+            key: String::new(),
+            detail: "the log is longer than this machine can address".into(),
+        })?;
+        let sum = record_crc(self.gen, at, &len_bytes, &rec[HEADER..]);
+        rec[..4].copy_from_slice(&len_bytes);
+        rec[4..HEADER].copy_from_slice(&sum.to_le_bytes());
+        let name = log_name(self.gen);
+        if let Err(e) = self
+            .disk
+            .append(&name, &rec)
+            .and_then(|()| self.disk.sync(&name))
+        {
+            self.poisoned = Some(format!("writing the log failed: {e}"));
+            return Err(StoreError::Io {
+                op: "append to the log",
+                source: e,
+            });
+        }
+        self.log_bytes += rec.len() as u64;
+        for (t, w) in Table::ALL.into_iter().zip(writes) {
+            for (k, v) in w {
+                apply(
+                    &mut self.tables,
+                    t,
+                    k.into_boxed_slice(),
+                    v.map(Vec::into_boxed_slice),
+                );
+            }
+        }
+        if self.log_bytes > self.options.checkpoint_bytes.max(self.snap_bytes) {
+            // The commit is durable already; a failed checkpoint leaves
+            // the current snapshot and log in force.
+            if let Err(e) = self.checkpoint() {
+                self.poisoned = Some(format!("a checkpoint failed: {e}"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the whole state as snapshot `gen + 1` and starts its log.
+    fn checkpoint(&mut self) -> Result<(), StoreError> {
+        let next = self.gen + 1;
+        let snap = snap_name(next);
+        let tmp = format!("{snap}.tmp");
+        let bytes = encode_snapshot(next, &self.tables)?;
+        let d = &mut self.disk;
+        d.remove(&tmp)
+            .and_then(|()| d.append(&tmp, &bytes))
+            .and_then(|()| d.sync(&tmp))
+            .and_then(|()| d.rename(&tmp, &snap))
+            .and_then(|()| d.sync_dir())
+            .map_err(io_err("write a snapshot"))?;
+        let log = log_name(next);
+        d.append(&log, &[])
+            .and_then(|()| d.sync(&log))
+            .and_then(|()| d.sync_dir())
+            .map_err(io_err("start a log"))?;
+        let old = self.gen;
+        self.gen = next;
+        self.log_bytes = 0;
+        self.snap_bytes = bytes.len() as u64;
+        // Left behind if this fails; the next open removes them.
+        let _ = d.remove(&log_name(old));
+        let _ = d.remove(&snap_name(old));
+        Ok(())
+    }
+}
+
+/// Applies every whole record of log `gen` to `tables`; returns the end
+/// of the last one (see the module doc for what a bad record means).
+fn replay(name: &str, gen: u64, b: &[u8], tables: &mut [Rows]) -> Result<usize, StoreError> {
+    let mut at = 0;
+    while at < b.len() {
+        if let Some((ops, end)) = record_at(b, gen, at) {
+            for (t, k, v) in ops {
+                apply(tables, t, k, v);
+            }
+            at = end;
+            continue;
+        }
+        let next = len_at(b, at).and_then(|len| at.checked_add(HEADER + len));
+        if let Some(y) = next.filter(|&y| record_at(b, gen, y).is_some()) {
+            return Err(corrupt(
+                name,
+                at,
+                format!(
+                    "the commit here does not check, but a whole one follows it at {y}: \
+                     the log is damaged (a crash tears only the last commit)"
+                ),
+            ));
+        }
+        return Ok(at);
+    }
+    Ok(at)
+}
+
+impl Store for LogStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn format_version(&self) -> u32 {
+        self.format
+    }
+
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        self.transact(|t| engine::commit(t, now, batches))
+    }
+
+    fn load(&self) -> Result<DurableState, StoreError> {
+        engine::load(&self.view())
+    }
+
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        reads::inbox(&self.view(), now)
+    }
+
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        reads::list(&self.view(), state, after, limit)
+    }
+
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        reads::escalations(&self.view(), after, limit)
+    }
+
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        reads::decisions(&self.view(), after, limit)
+    }
+
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        engine::events(&self.view(), from, limit)
+    }
+
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        let (dels, out) = engine::plan_compaction(&self.view(), now, retention)?;
+        if !dels.is_empty() {
+            self.transact(|t| engine::delete(t, &dels))?;
+        }
+        Ok(out)
+    }
+}
+
+impl Repair for LogStore {
+    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
+        engine::check(&self.view())
+    }
+
+    fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
+        let bad = engine::check(&self.view())?;
+        if bad.is_empty() {
+            return Ok(Vec::new());
+        }
+        let moved = self.transact(|t| engine::quarantine(t, now, &bad))?;
+        let plan = index::plan_rebuild(&self.view())?;
+        self.transact(|t| engine::finish_rebuild(t, &plan))?;
+        Ok(moved)
+    }
+
+    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
+        engine::quarantined(&self.view())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    type Op<'a> = (Table, &'a [u8], Option<&'a [u8]>);
+
+    fn rec(at: usize, ops: &[Op<'_>]) -> Vec<u8> {
+        let mut p = Vec::new();
+        for (t, k, v) in ops {
+            p.push(if v.is_some() { OP_PUT } else { OP_DEL });
+            p.push(t.index() as u8);
+            put_len(&mut p, k.len()).unwrap();
+            p.extend_from_slice(k);
+            if let Some(v) = v {
+                put_len(&mut p, v.len()).unwrap();
+                p.extend_from_slice(v);
+            }
+        }
+        let len = (p.len() as u32).to_le_bytes();
+        let mut out = len.to_vec();
+        out.extend_from_slice(&record_crc(0, at, &len, &p).to_le_bytes());
+        out.extend_from_slice(&p);
+        out
+    }
+
+    fn fresh() -> Vec<Rows> {
+        Table::ALL.iter().map(|_| Rows::new()).collect()
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_off_and_damage_before_a_whole_one_is_refused() {
+        let a = rec(0, &[(Table::Meta, b"a", Some(b"1"))]);
+        let b = rec(
+            a.len(),
+            &[(Table::Meta, b"b", Some(b"2")), (Table::Meta, b"a", None)],
+        );
+        let mut log = [a.clone(), b.clone()].concat();
+        let mut t = fresh();
+        assert_eq!(replay("log-0", 0, &log, &mut t).unwrap(), log.len());
+        assert_eq!(t[Table::Meta.index()].len(), 1);
+        // Every cut inside the second record leaves the first one only.
+        for cut in a.len()..log.len() {
+            let mut t = fresh();
+            assert_eq!(replay("log-0", 0, &log[..cut], &mut t).unwrap(), a.len());
+            assert!(t[Table::Meta.index()].contains_key(b"a".as_slice()));
+        }
+        // Zeros where the tail was (a lost sector past the old end).
+        let mut zeros = a.clone();
+        zeros.extend_from_slice(&[0; 64]);
+        assert_eq!(replay("log-0", 0, &zeros, &mut fresh()).unwrap(), a.len());
+        // The same records in another generation or at another offset
+        // do not check.
+        assert_eq!(replay("log-1", 1, &log, &mut fresh()).unwrap(), 0);
+        assert_eq!(
+            replay("log-0", 0, &[a.clone(), a.clone()].concat(), &mut fresh()).unwrap(),
+            a.len()
+        );
+        // A flipped byte in the first record with the second intact is damage.
+        log[HEADER + 3] ^= 0x40;
+        let err = replay("log-0", 0, &log, &mut fresh()).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_refuse_damage() {
+        let mut t = fresh();
+        t[Table::Pending.index()].insert(b"k".as_slice().into(), b"v".as_slice().into());
+        t[Table::Index.index()].insert(b"".as_slice().into(), b"".as_slice().into());
+        let b = encode_snapshot(3, &t).unwrap();
+        assert_eq!(decode_snapshot("snap-3", 3, &b).unwrap(), t);
+        assert!(decode_snapshot("snap-4", 4, &b).is_err());
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 1;
+            assert!(decode_snapshot("snap-3", 3, &bad).is_err(), "byte {i}");
+        }
+        for cut in 0..b.len() {
+            assert!(
+                decode_snapshot("snap-3", 3, &b[..cut]).is_err(),
+                "cut {cut}"
+            );
+        }
+    }
+}
