@@ -16,15 +16,19 @@
 //!   a read never sees a commit that is not durable.
 //! - **Reads answer from memory.** Every table lives in a `BTreeMap` of raw
 //!   rows: the commit path never reads the disk.
-//! - **Checkpoints.** When the log has grown past the last snapshot's size
-//!   (and at least [`LogOptions::checkpoint_bytes`]), the whole state is
-//!   written to a new snapshot `snap-{g+1}` (written as `snap-{g+1}.tmp`,
-//!   synced, renamed, directory synced, with a CRC over all of it), an
-//!   empty log `log-{g+1}` is created and the directory synced again; then
-//!   the older files are removed. The checkpoint runs inside the commit
-//!   that crosses the threshold (amortised: each byte of state is rewritten
-//!   at most once per byte of log).
-//! - **Recovery** loads the newest snapshot and replays its log. A record
+//! - **Checkpoints.** When the logs since the snapshot in force have grown
+//!   past its size (and at least [`LogOptions::checkpoint_bytes`]), the
+//!   commit that crossed the line encodes the whole state as snapshot
+//!   `g+1` and starts `log-{g+1}` (created, synced, directory synced);
+//!   commits go there from then on. Each later commit writes and syncs the
+//!   next chunk of the snapshot to `snap-{g+1}.tmp`
+//!   ([`LogOptions::checkpoint_chunk_bytes`], at least twice its own
+//!   record), so no commit waits for a whole snapshot to reach the disk.
+//!   When it is whole it is renamed into place (directory synced, with a
+//!   CRC over all of it) and the older snapshot and logs are removed.
+//!   Until then `snap-{g}`, `log-{g}` and `log-{g+1}` are the state.
+//! - **Recovery** loads the newest snapshot and replays every log from its
+//!   generation on, in order (a gap is damage). A record
 //!   that does not check is the commit a crash tore (only the last record
 //!   can be: each is synced before the next is written) and it and
 //!   anything after it are cut off; it was never acknowledged. If a whole
@@ -213,17 +217,31 @@ pub struct LogOptions {
     /// The log is checkpointed into a new snapshot once it holds more than
     /// this many bytes and more than the last snapshot did. Default 64 MiB.
     pub checkpoint_bytes: u64,
+    /// Each commit during a checkpoint writes (and syncs) at least this
+    /// much of the snapshot, and at least twice its own record, so the
+    /// snapshot is in place before its log has grown to half its size.
+    /// Default 1 MiB.
+    pub checkpoint_chunk_bytes: usize,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         Self {
             checkpoint_bytes: 64 * 1024 * 1024,
+            checkpoint_chunk_bytes: 1 << 20,
         }
     }
 }
 
 type Rows = BTreeMap<Box<[u8]>, Box<[u8]>>;
+
+/// A snapshot on its way to disk: the state as it was when `log-{gen}`
+/// was started, encoded, and how much of it `snap-{gen}.tmp` holds.
+struct Checkpoint {
+    gen: u64,
+    bytes: Vec<u8>,
+    written: usize,
+}
 
 /// The store as a commit log with in-memory tables (see the module doc).
 pub struct LogStore {
@@ -231,11 +249,15 @@ pub struct LogStore {
     tables: Vec<Rows>,
     path: PathBuf,
     format: u32,
-    /// The generation: the snapshot `snap-{gen}` (none for 0) and the log
-    /// `log-{gen}` after it.
+    /// The log commits go to, `log-{gen}`.
     gen: u64,
+    /// Bytes in `log-{gen}`.
     log_bytes: u64,
+    /// Bytes in every log since the snapshot in force.
+    logged_since_snap: u64,
     snap_bytes: u64,
+    /// A checkpoint being written, a chunk per commit.
+    checkpoint: Option<Checkpoint>,
     options: LogOptions,
     /// Why commits are refused, after a failed write or sync.
     poisoned: Option<String>,
@@ -248,6 +270,7 @@ impl fmt::Debug for LogStore {
             .field("gen", &self.gen)
             .field("log_bytes", &self.log_bytes)
             .field("snap_bytes", &self.snap_bytes)
+            .field("checkpointing", &self.checkpoint.as_ref().map(|c| c.gen))
             .field("poisoned", &self.poisoned)
             .finish_non_exhaustive()
     }
@@ -590,50 +613,72 @@ impl LogStore {
             disk.remove(n)
                 .map_err(io_err("remove an interrupted checkpoint"))?;
         }
-        let gen = l.snaps.iter().copied().max().unwrap_or(0);
-        if let Some(g) = l.logs.iter().copied().find(|&g| g > gen) {
-            // A log is created only after the snapshot it follows is durable.
-            return Err(corrupt(
-                &log_name(g),
-                0,
-                format!("log {g} has no snapshot {g} before it (newest is {gen})"),
-            ));
+        // The snapshot in force and every log from its generation on, in
+        // order: a checkpoint starts `log-{g+1}` first and writes
+        // `snap-{g+1}` while commits go to it, so until that snapshot is in
+        // place, `snap-{g}` with `log-{g}` and `log-{g+1}` is the state.
+        let snap = l.snaps.iter().copied().max().unwrap_or(0);
+        let mut logs: Vec<u64> = l.logs.iter().copied().filter(|&g| g >= snap).collect();
+        logs.sort_unstable();
+        for (i, g) in logs.iter().enumerate() {
+            if *g != snap + i as u64 {
+                return Err(corrupt(
+                    &log_name(*g),
+                    0,
+                    format!("log {g} follows snapshot {snap} with a log missing between them"),
+                ));
+            }
         }
         let (mut tables, snap_bytes) = if l.snaps.is_empty() {
             (Table::ALL.iter().map(|_| Rows::new()).collect(), 0)
         } else {
-            let name = snap_name(gen);
+            let name = snap_name(snap);
             let b = disk
                 .read(&name)
                 .map_err(io_err("read the snapshot"))?
                 .ok_or_else(|| corrupt(&name, 0, "snapshot vanished while opening"))?;
-            (decode_snapshot(&name, gen, &b)?, b.len() as u64)
+            (decode_snapshot(&name, snap, &b)?, b.len() as u64)
         };
-        let name = log_name(gen);
-        let log_bytes = match disk.read(&name).map_err(io_err("read the log"))? {
-            Some(b) => {
-                let end = replay(&name, gen, &b, &mut tables)?;
-                if end < b.len() {
-                    // The torn last commit: never acknowledged.
-                    disk.truncate(&name, end as u64)
-                        .and_then(|()| disk.sync(&name))
-                        .map_err(io_err("cut a torn commit off the log"))?;
+        let gen = logs.last().copied().unwrap_or(snap);
+        let mut logged_since_snap = 0u64;
+        let mut log_bytes = 0u64;
+        for &g in &logs {
+            let name = log_name(g);
+            let b = disk
+                .read(&name)
+                .map_err(io_err("read the log"))?
+                .ok_or_else(|| corrupt(&name, 0, "log vanished while opening"))?;
+            let end = replay(&name, g, &b, &mut tables)?;
+            if end < b.len() {
+                if g != gen {
+                    // Every commit of an older log was synced before the
+                    // next log was started: none of it can be torn.
+                    return Err(corrupt(
+                        &name,
+                        end,
+                        "a log that later logs follow ends in a commit that does not check",
+                    ));
                 }
-                end as u64
-            }
-            None => {
-                disk.append(&name, &[])
+                // The torn last commit: never acknowledged.
+                disk.truncate(&name, end as u64)
                     .and_then(|()| disk.sync(&name))
-                    .and_then(|()| disk.sync_dir())
-                    .map_err(io_err("create the log"))?;
-                0
+                    .map_err(io_err("cut a torn commit off the log"))?;
             }
-        };
-        for g in l.snaps.iter().filter(|&&g| g < gen) {
+            logged_since_snap += end as u64;
+            log_bytes = end as u64;
+        }
+        if logs.is_empty() {
+            let name = log_name(gen);
+            disk.append(&name, &[])
+                .and_then(|()| disk.sync(&name))
+                .and_then(|()| disk.sync_dir())
+                .map_err(io_err("create the log"))?;
+        }
+        for g in l.snaps.iter().filter(|&&g| g < snap) {
             disk.remove(&snap_name(*g))
                 .map_err(io_err("remove an old snapshot"))?;
         }
-        for g in l.logs.iter().filter(|&&g| g < gen) {
+        for g in l.logs.iter().filter(|&&g| g < snap) {
             disk.remove(&log_name(*g))
                 .map_err(io_err("remove an old log"))?;
         }
@@ -644,10 +689,19 @@ impl LogStore {
             format: 0,
             gen,
             log_bytes,
+            logged_since_snap,
             snap_bytes,
+            checkpoint: None,
             options,
             poisoned: None,
         };
+        if logs.len() > 1 {
+            // A checkpoint was interrupted. Write one whole now, so a node
+            // that restarts more often than a checkpoint takes never piles
+            // up logs.
+            s.start_checkpoint()?;
+            s.finish_checkpoint()?;
+        }
         let view = LogView(&s.tables);
         s.format = match engine::check_format(&view)? {
             Format::Known(v) if engine::needs_rebuild(&view, v)? => {
@@ -735,6 +789,7 @@ impl LogStore {
             });
         }
         self.log_bytes += rec.len() as u64;
+        self.logged_since_snap += rec.len() as u64;
         for (t, w) in Table::ALL.into_iter().zip(writes) {
             for (k, v) in w {
                 apply(
@@ -745,41 +800,90 @@ impl LogStore {
                 );
             }
         }
-        if self.log_bytes > self.options.checkpoint_bytes.max(self.snap_bytes) {
-            // The commit is durable already; a failed checkpoint leaves
-            // the current snapshot and log in force.
-            if let Err(e) = self.checkpoint() {
-                self.poisoned = Some(format!("a checkpoint failed: {e}"));
-            }
+        // The commit is durable already: a failed checkpoint step does not
+        // undo it, but the files' state is then unknown (see `poisoned`).
+        if let Err(e) = self.checkpoint_step(rec.len()) {
+            self.poisoned = Some(format!("a checkpoint failed: {e}"));
         }
         Ok(out)
     }
 
-    /// Writes the whole state as snapshot `gen + 1` and starts its log.
-    fn checkpoint(&mut self) -> Result<(), StoreError> {
+    /// Writes the rest of the checkpoint under way at once.
+    fn finish_checkpoint(&mut self) -> Result<(), StoreError> {
+        while let Some(cp) = &self.checkpoint {
+            let rest = cp.bytes.len() - cp.written;
+            self.checkpoint_step(rest)?;
+        }
+        Ok(())
+    }
+
+    /// After a commit: starts a checkpoint once the logs since the snapshot
+    /// outgrow it, or writes the next chunk of the one under way.
+    fn checkpoint_step(&mut self, record: usize) -> Result<(), StoreError> {
+        if self.checkpoint.is_none() {
+            if self.logged_since_snap > self.options.checkpoint_bytes.max(self.snap_bytes) {
+                self.start_checkpoint()?;
+            }
+            return Ok(());
+        }
+        let Some(cp) = self.checkpoint.as_mut() else {
+            return Ok(());
+        };
+        let tmp = format!("{}.tmp", snap_name(cp.gen));
+        let end = cp
+            .bytes
+            .len()
+            .min(cp.written + self.options.checkpoint_chunk_bytes.max(2 * record).max(1));
+        let d = &mut self.disk;
+        d.append(&tmp, &cp.bytes[cp.written..end])
+            .and_then(|()| d.sync(&tmp))
+            .map_err(io_err("write a snapshot"))?;
+        cp.written = end;
+        if end < cp.bytes.len() {
+            return Ok(());
+        }
+        // Whole and synced: put it in force, then drop what it replaces.
+        let gen = cp.gen;
+        let snap = snap_name(gen);
+        d.rename(&tmp, &snap)
+            .and_then(|()| d.sync_dir())
+            .map_err(io_err("put a snapshot in place"))?;
+        self.snap_bytes = cp.bytes.len() as u64;
+        self.logged_since_snap = self.log_bytes;
+        self.checkpoint = None;
+        let names = d.list().map_err(io_err("list the store directory"))?;
+        let old = listing(names);
+        for g in old.snaps.into_iter().filter(|&g| g < gen) {
+            d.remove(&snap_name(g))
+                .map_err(io_err("remove an old snapshot"))?;
+        }
+        for g in old.logs.into_iter().filter(|&g| g < gen) {
+            d.remove(&log_name(g))
+                .map_err(io_err("remove an old log"))?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the state as snapshot `gen + 1` and starts `log-{gen+1}`:
+    /// later commits go there while the snapshot is written.
+    fn start_checkpoint(&mut self) -> Result<(), StoreError> {
         let next = self.gen + 1;
-        let snap = snap_name(next);
-        let tmp = format!("{snap}.tmp");
         let bytes = encode_snapshot(next, &self.tables)?;
+        let tmp = format!("{}.tmp", snap_name(next));
+        let log = log_name(next);
         let d = &mut self.disk;
         d.remove(&tmp)
-            .and_then(|()| d.append(&tmp, &bytes))
-            .and_then(|()| d.sync(&tmp))
-            .and_then(|()| d.rename(&tmp, &snap))
-            .and_then(|()| d.sync_dir())
-            .map_err(io_err("write a snapshot"))?;
-        let log = log_name(next);
-        d.append(&log, &[])
+            .and_then(|()| d.append(&log, &[]))
             .and_then(|()| d.sync(&log))
             .and_then(|()| d.sync_dir())
             .map_err(io_err("start a log"))?;
-        let old = self.gen;
         self.gen = next;
         self.log_bytes = 0;
-        self.snap_bytes = bytes.len() as u64;
-        // Left behind if this fails; the next open removes them.
-        let _ = d.remove(&log_name(old));
-        let _ = d.remove(&snap_name(old));
+        self.checkpoint = Some(Checkpoint {
+            gen: next,
+            bytes,
+            written: 0,
+        });
         Ok(())
     }
 }

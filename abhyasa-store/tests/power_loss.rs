@@ -454,6 +454,8 @@ impl LogDisk for LogCut {
 fn log_options() -> LogOptions {
     LogOptions {
         checkpoint_bytes: 2 * 1024,
+        // A snapshot takes several commits to write.
+        checkpoint_chunk_bytes: 256,
     }
 }
 
@@ -786,4 +788,43 @@ fn c_st_1_a_cut_during_creation_leaves_no_torn_database() {
     let store = RedbStore::open_with(&path, &options()).unwrap();
     assert_eq!(fingerprint(&store.load().unwrap()), before);
     assert!(leftover.exists(), "an existing database is opened in place");
+}
+
+/// The log store's checkpoints on a real directory: with a snapshot every
+/// few commits, each written over several commits, reopening after any
+/// commit reads back exactly what was committed, and the directory holds
+/// no more than the snapshot in force, the logs after it and the snapshot
+/// being written.
+#[test]
+fn log_store_checkpoints_on_a_real_directory_reopen_to_the_same_state() {
+    let (clog, rlog) = workload();
+    for (side, log) in [("custodian", clog), ("receiver", rlog)] {
+        let clean = clean_replay::<LogCut>(&log);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut store = LogStore::open_with(&path, log_options()).unwrap();
+        for (i, entry) in log.iter().enumerate() {
+            let _durable = commit(&mut store, entry).unwrap();
+            drop(store);
+            store = LogStore::open_with(&path, log_options()).unwrap();
+            let got = fingerprint(&store.load().unwrap());
+            assert_eq!(got, clean.snaps[i + 1], "{side}: reopened after commit {i}");
+            let files: Vec<String> = std::fs::read_dir(&path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n != "LOCK")
+                .collect();
+            assert!(files.len() <= 4, "{side}: after commit {i}: {files:?}");
+        }
+        let snaps = std::fs::read_dir(&path)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("snap-") && !n.ends_with(".tmp")
+            })
+            .count();
+        assert_eq!(snaps, 1, "{side}: a snapshot is in force");
+        assert_indexes_match(&store, EPOCH, side);
+    }
 }
