@@ -6,7 +6,7 @@
 //! keys), WebSocket (signed hello), store-and-forward through a relay
 //! daemon (sealed frames over QUIC, the relay's spool on redb) and the A2A
 //! HTTP binding (plain loopback, per-peer bearer credentials), each over
-//! SimStore, redb, sled and PostgreSQL (the last only with
+//! SimStore, redb, sled, the log store and PostgreSQL (the last only with
 //! `ABHYASA_PG_URL`). The scenarios live in `tests/conformance.rs`; this
 //! crate is the world they run in.
 //!
@@ -112,6 +112,8 @@ pub enum Disk {
     Redb,
     /// `abhyasa-store`'s sled engine, in a temporary directory.
     Sled,
+    /// `abhyasa-store`'s log store, in a temporary directory.
+    Log,
     /// `abhyasa-pg` on the database named by `ABHYASA_PG_URL` (CI starts
     /// one), a fresh partition per node per world. Without the variable
     /// the cell is skipped, saying so ([`postgres_url`]).
@@ -720,6 +722,7 @@ impl Env {
             Disk::Sim => Box::new(self.sims[i].clone()),
             Disk::Redb => StoreKind::Redb.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Sled => StoreKind::Sled.open(self.store_path(name), &StoreOptions::default())?,
+            Disk::Log => StoreKind::Log.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Postgres => {
                 let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
                 let mut o = abhyasa_pg::PgOptions::default();

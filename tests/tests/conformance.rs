@@ -1,6 +1,6 @@
 //! The conformance suite (shared/CONFORMANCE.md) through the node, one
 //! body per id, each run over every transport × store:
-//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, pg}` (the `pg`
+//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, log, pg}` (the `pg`
 //! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
 //! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
 //!
@@ -19,12 +19,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use abhyasa::CustodianState;
 use abhyasa_conformance::agent;
-use abhyasa_conformance::{Backend, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND};
+use abhyasa_conformance::{
+    Backend, Disk, Net, Schedule, World, DECLINE_DETAIL, SCRIPT, SURFACE_KIND,
+};
 use abhyasa_core::custody::{LedgerOutcome, Offered, TerminalState};
 use abhyasa_core::principal::{Authorization, PrincipalWrite};
 use abhyasa_core::wire::{Envelope, Message};
@@ -34,53 +38,101 @@ use abhyasa_core::{
 };
 use abhyasa_transport::Incoming;
 
-/// One `#[tokio::test]` per cell of the matrix for each scenario.
-macro_rules! matrix {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            use abhyasa_conformance::{Backend, Disk, Net};
-            matrix!(@cells $scenario;
-                mem_sim: Mem Sim, mem_redb: Mem Redb, mem_sled: Mem Sled,
-                quic_sim: Quic Sim, quic_redb: Quic Redb, quic_sled: Quic Sled,
-                ws_sim: Ws Sim, ws_redb: Ws Redb, ws_sled: Ws Sled,
-                relayed_sim: Relayed Sim, relayed_redb: Relayed Redb, relayed_sled: Relayed Sled,
-                http_sim: Http Sim, http_redb: Http Redb, http_sled: Http Sled,
-                mem_pg: Mem Postgres, quic_pg: Quic Postgres, ws_pg: Ws Postgres,
-                relayed_pg: Relayed Postgres, http_pg: Http Postgres);
-        }
-    )*};
-    (@cells $scenario:ident; $($cell:ident: $net:ident $disk:ident),*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $cell() {
-            if Disk::$disk == Disk::Postgres && abhyasa_conformance::postgres_url().is_none() {
-                eprintln!("SKIPPED: no PostgreSQL (set ABHYASA_PG_URL; .ci/run does)");
-                return;
-            }
-            super::$scenario(Backend::new(Net::$net, Disk::$disk)).await
-        }
-    )*};
+/// Every cell of the matrix, by name.
+const CELLS: [(&str, Net, Disk); 25] = [
+    ("mem_sim", Net::Mem, Disk::Sim),
+    ("mem_redb", Net::Mem, Disk::Redb),
+    ("mem_sled", Net::Mem, Disk::Sled),
+    ("mem_log", Net::Mem, Disk::Log),
+    ("mem_pg", Net::Mem, Disk::Postgres),
+    ("quic_sim", Net::Quic, Disk::Sim),
+    ("quic_redb", Net::Quic, Disk::Redb),
+    ("quic_sled", Net::Quic, Disk::Sled),
+    ("quic_log", Net::Quic, Disk::Log),
+    ("quic_pg", Net::Quic, Disk::Postgres),
+    ("ws_sim", Net::Ws, Disk::Sim),
+    ("ws_redb", Net::Ws, Disk::Redb),
+    ("ws_sled", Net::Ws, Disk::Sled),
+    ("ws_log", Net::Ws, Disk::Log),
+    ("ws_pg", Net::Ws, Disk::Postgres),
+    ("relayed_sim", Net::Relayed, Disk::Sim),
+    ("relayed_redb", Net::Relayed, Disk::Redb),
+    ("relayed_sled", Net::Relayed, Disk::Sled),
+    ("relayed_log", Net::Relayed, Disk::Log),
+    ("relayed_pg", Net::Relayed, Disk::Postgres),
+    ("http_sim", Net::Http, Disk::Sim),
+    ("http_redb", Net::Http, Disk::Redb),
+    ("http_sled", Net::Http, Disk::Sled),
+    ("http_log", Net::Http, Disk::Log),
+    ("http_pg", Net::Http, Disk::Postgres),
+];
+
+type Body = fn(Backend) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Every body, by name.
+macro_rules! bodies {
+    ($($scenario:ident),* $(,)?) => {
+        [$((stringify!($scenario), (|b| Box::pin($scenario(b))) as Body)),*]
+    };
 }
 
-matrix!(
-    c_ab1_1_clean_link,
-    c_ab2_1_drops_then_delivery,
-    c_ab3_1_c_ab3_2_duplicates_and_lost_acks,
-    c_ab4_1_total_loss,
-    c_ab2_3_custodian_restart_mid_retry,
-    c_ab3_3_receiver_restart_before_ack,
-    c_ss2_c_ss3_c_dc1_superseded_is_declined,
-    c_ab4_3_recovery_into_dead_link,
-    c_ac_1_unknown_kind_is_best_effort,
-    c_dc_2_decline_policies,
-    c_ab4_2_c_dl_1_deferral_then_expiry,
-    c_ab4_4_late_applied_after_escalation,
-    c_ss_1_stale_fail_safe_applies_nothing,
-    c_ss_4_phala_fail_safes_stay_in_range,
-    c_ab1_2_durable_before_first_transmit,
-    c_tr_2_unbound_acks_never_discharge,
-    c_ab3_4_same_id_other_digest_is_a_conflict,
-    c_ab2_2_backoff_doubles_caps_and_jitters,
-);
+/// The cells wait on timers and sockets far more than they compute (the
+/// whole suite takes ~4 s of CPU), so they run many at a time: 12 test
+/// threads unless `--test-threads` (or `RUST_TEST_THREADS`) says otherwise.
+const THREADS: usize = 12;
+
+/// One test per body and cell, named `body::cell`, on `libtest-mimic` (the
+/// same filters and output as libtest; each test runs on its own
+/// two-worker tokio runtime).
+fn main() -> std::process::ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    if args.test_threads.is_none() {
+        let env = std::env::var("RUST_TEST_THREADS").ok();
+        args.test_threads = Some(env.and_then(|v| v.parse().ok()).unwrap_or(THREADS));
+    }
+    let bodies = bodies!(
+        c_ab1_1_clean_link,
+        c_ab2_1_drops_then_delivery,
+        c_ab3_1_c_ab3_2_duplicates_and_lost_acks,
+        c_ab4_1_total_loss,
+        c_ab2_3_custodian_restart_mid_retry,
+        c_ab3_3_receiver_restart_before_ack,
+        c_ss2_c_ss3_c_dc1_superseded_is_declined,
+        c_ab4_3_recovery_into_dead_link,
+        c_ac_1_unknown_kind_is_best_effort,
+        c_dc_2_decline_policies,
+        c_ab4_2_c_dl_1_deferral_then_expiry,
+        c_ab4_4_late_applied_after_escalation,
+        c_ss_1_stale_fail_safe_applies_nothing,
+        c_ss_4_phala_fail_safes_stay_in_range,
+        c_ab1_2_durable_before_first_transmit,
+        c_tr_2_unbound_acks_never_discharge,
+        c_ab3_4_same_id_other_digest_is_a_conflict,
+        c_ab2_2_backoff_doubles_caps_and_jitters,
+    );
+    let mut trials = Vec::new();
+    for (scenario, body) in bodies {
+        for (cell, net, disk) in CELLS {
+            trials.push(libtest_mimic::Trial::test(
+                format!("{scenario}::{cell}"),
+                move || {
+                    if disk == Disk::Postgres && abhyasa_conformance::postgres_url().is_none() {
+                        eprintln!("SKIPPED: no PostgreSQL (set ABHYASA_PG_URL; .ci/run does)");
+                        return Ok(());
+                    }
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .map_err(|e| format!("tokio runtime: {e}"))?
+                        .block_on(body(Backend::new(net, disk)));
+                    Ok(())
+                },
+            ));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit_code()
+}
 
 const WAIT: Duration = Duration::from_secs(30);
 
