@@ -1,4 +1,5 @@
-//! C-ST-1 power loss on the default store (redb): with writes not yet
+//! C-ST-1 power loss on the default store (redb) and on the log store
+//! (its own disk model, [`LogCut`], further down): with writes not yet
 //! synced dropped at the crash point, every commit reported durable
 //! survives and nothing torn is read back.
 //!
