@@ -111,13 +111,8 @@ impl PowerCut {
     /// crash point on.
     fn tick(&self) -> io::Result<MutexGuard<'_, Disk>> {
         let mut d = self.disk();
-        d.ops += 1;
-        if d.cut_at.is_some_and(|at| d.ops >= at) {
-            d.cut = true;
-        }
-        if d.cut {
-            return Err(lost());
-        }
+        let d2 = &mut *d;
+        tick_at(&mut d2.ops, d2.cut_at, &mut d2.cut)?;
         Ok(d)
     }
 
@@ -129,30 +124,48 @@ impl PowerCut {
         self.disk().cut_at = Some(op);
     }
 
-    /// The disk after the power comes back: the synced image, then each
-    /// unsynced operation kept or lost at random (a write sector by sector).
+    /// The disk after the power comes back (see [`survivor`]).
     fn after_power_loss(&self, rng: &mut ChaCha8Rng) -> Vec<u8> {
         let d = self.disk();
-        let mut img = d.synced.clone();
-        for op in &d.unsynced {
-            match op {
-                Op::SetLen(_) => {
-                    if rng.random_bool(0.5) {
-                        apply(&mut img, op);
-                    }
+        survivor(&d.synced, &d.unsynced, rng)
+    }
+}
+
+/// What a power cut leaves of one file: the synced image, then each
+/// unsynced operation kept or lost at random (a write sector by sector).
+fn survivor(synced: &[u8], unsynced: &[Op], rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let mut img = synced.to_vec();
+    for op in unsynced {
+        match op {
+            Op::SetLen(_) => {
+                if rng.random_bool(0.5) {
+                    apply(&mut img, op);
                 }
-                Op::Write(off, data) => {
-                    for (i, sector) in data.chunks(SECTOR).enumerate() {
-                        if rng.random_bool(0.5) {
-                            let at = off + u64::try_from(i * SECTOR).unwrap();
-                            apply(&mut img, &Op::Write(at, sector.to_vec()));
-                        }
+            }
+            Op::Write(off, data) => {
+                for (i, sector) in data.chunks(SECTOR).enumerate() {
+                    if rng.random_bool(0.5) {
+                        let at = off + u64::try_from(i * SECTOR).unwrap();
+                        apply(&mut img, &Op::Write(at, sector.to_vec()));
                     }
                 }
             }
         }
-        img
     }
+    img
+}
+
+/// Counts one I/O operation of a disk; fails it (and every later one) from
+/// the crash point on.
+fn tick_at(ops: &mut u64, cut_at: Option<u64>, cut: &mut bool) -> io::Result<()> {
+    *ops += 1;
+    if cut_at.is_some_and(|at| *ops >= at) {
+        *cut = true;
+    }
+    if *cut {
+        return Err(lost());
+    }
+    Ok(())
 }
 
 impl redb::StorageBackend for PowerCut {
@@ -296,13 +309,8 @@ impl LogCut {
 
     fn tick(&self) -> io::Result<MutexGuard<'_, Dir>> {
         let mut d = self.dir();
-        d.ops += 1;
-        if d.cut_at.is_some_and(|at| d.ops >= at) {
-            d.cut = true;
-        }
-        if d.cut {
-            return Err(lost());
-        }
+        let d2 = &mut *d;
+        tick_at(&mut d2.ops, d2.cut_at, &mut d2.cut)?;
         Ok(d)
     }
 
@@ -330,24 +338,7 @@ impl LogCut {
         let mut files = BTreeMap::new();
         for ino in names.values() {
             let f = &d.files[ino];
-            let mut img = f.synced.clone();
-            for op in &f.unsynced {
-                match op {
-                    Op::SetLen(_) => {
-                        if rng.random_bool(0.5) {
-                            apply(&mut img, op);
-                        }
-                    }
-                    Op::Write(off, data) => {
-                        for (i, sector) in data.chunks(SECTOR).enumerate() {
-                            if rng.random_bool(0.5) {
-                                let at = off + u64::try_from(i * SECTOR).unwrap();
-                                apply(&mut img, &Op::Write(at, sector.to_vec()));
-                            }
-                        }
-                    }
-                }
-            }
+            let img = survivor(&f.synced, &f.unsynced, rng);
             files.insert(
                 *ino,
                 FileImg {
