@@ -422,6 +422,65 @@ fn record_at(b: &[u8], gen: u64, at: usize) -> Option<(Ops, usize)> {
     Some((decode_ops(payload)?, c.at))
 }
 
+/// A table for every [`Table`], all empty.
+fn empty_tables() -> Vec<Rows> {
+    Table::ALL.iter().map(|_| Rows::new()).collect()
+}
+
+/// The byte a table is named by in records and snapshots.
+fn table_byte(t: Table) -> Result<u8, StoreError> {
+    u8::try_from(t.index()).map_err(|_| StoreError::Unwritable {
+        table: "log",
+        key: String::new(),
+        detail: "table index does not fit a byte".into(),
+    })
+}
+
+/// Appends one write of a commit to a record's payload: a put (`Some`)
+/// or a delete (`None`), as [`decode_ops`] reads it.
+fn push_op(out: &mut Vec<u8>, t: Table, k: &[u8], v: Option<&[u8]>) -> Result<(), StoreError> {
+    out.push(if v.is_some() { OP_PUT } else { OP_DEL });
+    out.push(table_byte(t)?);
+    put_len(out, k.len())?;
+    out.extend_from_slice(k);
+    if let Some(v) = v {
+        put_len(out, v.len())?;
+        out.extend_from_slice(v);
+    }
+    Ok(())
+}
+
+/// Fills in the header of `rec` (a [`HEADER`]'s room, then the payload)
+/// for a record at offset `at` of log `gen`, as [`record_at`] checks it.
+fn seal(rec: &mut [u8], gen: u64, at: usize) -> Result<(), StoreError> {
+    let len = rec.len() - HEADER;
+    if len > MAX_RECORD {
+        return Err(StoreError::Unwritable {
+            table: "log",
+            key: String::new(),
+            detail: format!("a commit of {len} bytes is larger than a log record may be"),
+        });
+    }
+    let len_bytes = (len as u32).to_le_bytes();
+    let sum = record_crc(gen, at, &len_bytes, &rec[HEADER..]);
+    rec[..4].copy_from_slice(&len_bytes);
+    rec[4..HEADER].copy_from_slice(&sum.to_le_bytes());
+    Ok(())
+}
+
+/// Removes every snapshot and log of a generation before `gen`.
+fn remove_before(disk: &mut dyn LogDisk, l: &Listing, gen: u64) -> Result<(), StoreError> {
+    for g in l.snaps.iter().filter(|&&g| g < gen) {
+        disk.remove(&snap_name(*g))
+            .map_err(io_err("remove an old snapshot"))?;
+    }
+    for g in l.logs.iter().filter(|&&g| g < gen) {
+        disk.remove(&log_name(*g))
+            .map_err(io_err("remove an old log"))?;
+    }
+    Ok(())
+}
+
 fn apply(tables: &mut [Rows], t: Table, k: Box<[u8]>, v: Write1) {
     let rows = &mut tables[t.index()];
     match v {
@@ -441,11 +500,7 @@ fn encode_snapshot(gen: u64, tables: &[Rows]) -> Result<Vec<u8>, StoreError> {
     out.extend_from_slice(&gen.to_le_bytes());
     let mut count = 0u64;
     for t in Table::ALL {
-        let ti = u8::try_from(t.index()).map_err(|_| StoreError::Unwritable {
-            table: "log",
-            key: String::new(),
-            detail: "table index does not fit a byte".into(),
-        })?;
+        let ti = table_byte(t)?;
         for (k, v) in &tables[t.index()] {
             out.push(ti);
             put_len(&mut out, k.len())?;
@@ -483,7 +538,7 @@ fn decode_snapshot(name: &str, gen: u64, b: &[u8]) -> Result<Vec<Rows>, StoreErr
     if c.u64() != Some(gen) {
         return Err(bad(12, "names another generation than its file"));
     }
-    let mut tables: Vec<Rows> = Table::ALL.iter().map(|_| Rows::new()).collect();
+    let mut tables = empty_tables();
     let mut count = 0u64;
     loop {
         let at = c.at;
@@ -630,7 +685,7 @@ impl LogStore {
             }
         }
         let (mut tables, snap_bytes) = if l.snaps.is_empty() {
-            (Table::ALL.iter().map(|_| Rows::new()).collect(), 0)
+            (empty_tables(), 0)
         } else {
             let name = snap_name(snap);
             let b = disk
@@ -674,14 +729,7 @@ impl LogStore {
                 .and_then(|()| disk.sync_dir())
                 .map_err(io_err("create the log"))?;
         }
-        for g in l.snaps.iter().filter(|&&g| g < snap) {
-            disk.remove(&snap_name(*g))
-                .map_err(io_err("remove an old snapshot"))?;
-        }
-        for g in l.logs.iter().filter(|&&g| g < snap) {
-            disk.remove(&log_name(*g))
-                .map_err(io_err("remove an old log"))?;
-        }
+        remove_before(disk.as_mut(), &l, snap)?;
         let mut s = Self {
             disk,
             tables,
@@ -744,38 +792,19 @@ impl LogStore {
         let writes = txn.writes;
         let mut rec = vec![0u8; HEADER];
         for t in Table::ALL {
-            let ti = t.index() as u8;
             for (k, v) in &writes[t.index()] {
-                rec.push(if v.is_some() { OP_PUT } else { OP_DEL });
-                rec.push(ti);
-                put_len(&mut rec, k.len())?;
-                rec.extend_from_slice(k);
-                if let Some(v) = v {
-                    put_len(&mut rec, v.len())?;
-                    rec.extend_from_slice(v);
-                }
+                push_op(&mut rec, t, k, v.as_deref())?;
             }
         }
-        let len = rec.len() - HEADER;
-        if len == 0 {
+        if rec.len() == HEADER {
             return Ok(out);
         }
-        if len > MAX_RECORD {
-            return Err(StoreError::Unwritable {
-                table: "log",
-                key: String::new(),
-                detail: format!("a commit of {len} bytes is larger than a log record may be"),
-            });
-        }
-        let len_bytes = (len as u32).to_le_bytes();
         let at = usize::try_from(self.log_bytes).map_err(|_| StoreError::Unwritable {
             table: "log",
             key: String::new(),
             detail: "the log is longer than this machine can address".into(),
         })?;
-        let sum = record_crc(self.gen, at, &len_bytes, &rec[HEADER..]);
-        rec[..4].copy_from_slice(&len_bytes);
-        rec[4..HEADER].copy_from_slice(&sum.to_le_bytes());
+        seal(&mut rec, self.gen, at)?;
         let name = log_name(self.gen);
         if let Err(e) = self
             .disk
@@ -851,17 +880,8 @@ impl LogStore {
         self.snap_bytes = cp.bytes.len() as u64;
         self.logged_since_snap = self.log_bytes;
         self.checkpoint = None;
-        let names = d.list().map_err(io_err("list the store directory"))?;
-        let old = listing(names);
-        for g in old.snaps.into_iter().filter(|&g| g < gen) {
-            d.remove(&snap_name(g))
-                .map_err(io_err("remove an old snapshot"))?;
-        }
-        for g in old.logs.into_iter().filter(|&g| g < gen) {
-            d.remove(&log_name(g))
-                .map_err(io_err("remove an old log"))?;
-        }
-        Ok(())
+        let old = listing(d.list().map_err(io_err("list the store directory"))?);
+        remove_before(d.as_mut(), &old, gen)
     }
 
     /// Encodes the state as snapshot `gen + 1` and starts `log-{gen+1}`:
@@ -1004,26 +1024,12 @@ mod tests {
     type Op<'a> = (Table, &'a [u8], Option<&'a [u8]>);
 
     fn rec(at: usize, ops: &[Op<'_>]) -> Vec<u8> {
-        let mut p = Vec::new();
+        let mut out = vec![0u8; HEADER];
         for (t, k, v) in ops {
-            p.push(if v.is_some() { OP_PUT } else { OP_DEL });
-            p.push(t.index() as u8);
-            put_len(&mut p, k.len()).unwrap();
-            p.extend_from_slice(k);
-            if let Some(v) = v {
-                put_len(&mut p, v.len()).unwrap();
-                p.extend_from_slice(v);
-            }
+            push_op(&mut out, *t, k, *v).unwrap();
         }
-        let len = (p.len() as u32).to_le_bytes();
-        let mut out = len.to_vec();
-        out.extend_from_slice(&record_crc(0, at, &len, &p).to_le_bytes());
-        out.extend_from_slice(&p);
+        seal(&mut out, 0, at).unwrap();
         out
-    }
-
-    fn fresh() -> Vec<Rows> {
-        Table::ALL.iter().map(|_| Rows::new()).collect()
     }
 
     #[test]
@@ -1034,35 +1040,44 @@ mod tests {
             &[(Table::Meta, b"b", Some(b"2")), (Table::Meta, b"a", None)],
         );
         let mut log = [a.clone(), b.clone()].concat();
-        let mut t = fresh();
+        let mut t = empty_tables();
         assert_eq!(replay("log-0", 0, &log, &mut t).unwrap(), log.len());
         assert_eq!(t[Table::Meta.index()].len(), 1);
         // Every cut inside the second record leaves the first one only.
         for cut in a.len()..log.len() {
-            let mut t = fresh();
+            let mut t = empty_tables();
             assert_eq!(replay("log-0", 0, &log[..cut], &mut t).unwrap(), a.len());
             assert!(t[Table::Meta.index()].contains_key(b"a".as_slice()));
         }
         // Zeros where the tail was (a lost sector past the old end).
         let mut zeros = a.clone();
         zeros.extend_from_slice(&[0; 64]);
-        assert_eq!(replay("log-0", 0, &zeros, &mut fresh()).unwrap(), a.len());
+        assert_eq!(
+            replay("log-0", 0, &zeros, &mut empty_tables()).unwrap(),
+            a.len()
+        );
         // The same records in another generation or at another offset
         // do not check.
-        assert_eq!(replay("log-1", 1, &log, &mut fresh()).unwrap(), 0);
+        assert_eq!(replay("log-1", 1, &log, &mut empty_tables()).unwrap(), 0);
         assert_eq!(
-            replay("log-0", 0, &[a.clone(), a.clone()].concat(), &mut fresh()).unwrap(),
+            replay(
+                "log-0",
+                0,
+                &[a.clone(), a.clone()].concat(),
+                &mut empty_tables()
+            )
+            .unwrap(),
             a.len()
         );
         // A flipped byte in the first record with the second intact is damage.
         log[HEADER + 3] ^= 0x40;
-        let err = replay("log-0", 0, &log, &mut fresh()).unwrap_err();
+        let err = replay("log-0", 0, &log, &mut empty_tables()).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
     }
 
     #[test]
     fn snapshots_round_trip_and_refuse_damage() {
-        let mut t = fresh();
+        let mut t = empty_tables();
         t[Table::Pending.index()].insert(b"k".as_slice().into(), b"v".as_slice().into());
         t[Table::Index.index()].insert(b"".as_slice().into(), b"".as_slice().into());
         let b = encode_snapshot(3, &t).unwrap();
