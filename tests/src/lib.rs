@@ -65,6 +65,7 @@ use abhyasa_core::store::{
     Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
     Store, StoreError, StoredEvent,
 };
+use abhyasa_core::wire::Message;
 use abhyasa_core::{
     AgentId, DeclinePolicy, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff, Timestamp,
 };
@@ -158,6 +159,8 @@ struct PlugState {
     passed: u64,
     dropped: u64,
     duplicated: u64,
+    /// Obligation frames dropped, by id: what [`Plug::lost`] reports.
+    lost: HashMap<ObligationId, u64>,
     observer: Option<Observer>,
 }
 
@@ -203,6 +206,7 @@ impl Plug {
                 passed: 0,
                 dropped: 0,
                 duplicated: 0,
+                lost: HashMap::new(),
                 observer: None,
             })),
             Arc::new(tokio::sync::Notify::new()),
@@ -255,12 +259,24 @@ impl Plug {
         (s.passed, s.dropped, s.duplicated)
     }
 
-    /// How many copies of the next frame to deliver.
-    fn copies(&self) -> usize {
+    /// Copies of obligation `id` this plug dropped so far. Unlike
+    /// [`Plug::counts`], which counts every frame (a status query sent on
+    /// connect is one too), this says that attempt was lost: a scenario
+    /// that waits on it knows the first copy can no longer arrive late.
+    pub fn lost(&self, id: &ObligationId) -> u64 {
+        lock(&self.0).lost.get(id).copied().unwrap_or(0)
+    }
+
+    /// How many copies of the next frame to deliver; `ob` is the id when
+    /// the frame is an obligation.
+    fn copies(&self, ob: Option<&ObligationId>) -> usize {
         let mut s = lock(&self.0);
         let (drop, dup) = (s.drop, s.duplicate);
         if s.cut || (drop > 0.0 && s.rng.random_bool(drop.min(1.0))) {
             s.dropped += 1;
+            if let Some(id) = ob {
+                *s.lost.entry(id.clone()).or_insert(0) += 1;
+            }
             return 0;
         }
         s.passed += 1;
@@ -310,14 +326,18 @@ impl Plug {
                     f(&item);
                 }
                 let n = match &item {
-                    Incoming::Frame { .. } => {
+                    Incoming::Frame { envelope, .. } => {
                         let mut s = lock(&plug.0);
                         if s.hold {
                             s.held.push(item);
                             continue;
                         }
                         drop(s);
-                        plug.copies()
+                        let ob = match &envelope.message {
+                            Message::Obligation(o) => Some(o.id()),
+                            _ => None,
+                        };
+                        plug.copies(ob)
                     }
                     _ => 1,
                 };

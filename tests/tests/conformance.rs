@@ -192,7 +192,7 @@ async fn c_ab2_1_drops_then_delivery(b: Backend) {
     }
     // At least two attempts of each were sent and lost.
     until("two lost attempts each", b, || async {
-        w.bob_plug.counts().1 >= 2 * n as u64
+        ids.iter().all(|id| w.bob_plug.lost(id) >= 2)
     })
     .await;
     w.bob_plug.cut(false);
@@ -311,7 +311,7 @@ async fn c_ab2_3_custodian_restart_mid_retry(b: Backend) {
     let ob = w.revoke("restart", "s", 30, None);
     w.alice.offer(ob.clone()).await.unwrap();
     until("two lost attempts", b, || async {
-        w.bob_plug.counts().1 >= 2
+        w.bob_plug.lost(ob.id()) >= 2
     })
     .await;
     let before = w.alice.durable_state().await.unwrap();
@@ -488,7 +488,10 @@ async fn c_ab4_3_recovery_into_dead_link(b: Backend) {
     w.alice_plug.cut(true);
     let ob = w.revoke("dead-restart", "files.write", 2, None);
     w.alice.offer(ob.clone()).await.unwrap();
-    until("a lost attempt", b, || async { w.bob_plug.counts().1 >= 1 }).await;
+    until("a lost attempt", b, || async {
+        w.bob_plug.lost(ob.id()) >= 1
+    })
+    .await;
     // Down until well past the deadline (2 s).
     w.restart_alice_after(Duration::from_millis(2_500))
         .await
@@ -992,7 +995,10 @@ async fn c_tr_2_unbound_acks_never_discharge(b: Backend) {
     let ob = w.revoke("bound", "mail.send", 30, None);
     w.alice.offer(ob.clone()).await.unwrap();
     // The first attempt reached bob's edge and was lost there.
-    until("a lost attempt", b, || async { w.bob_plug.counts().1 >= 1 }).await;
+    until("a lost attempt", b, || async {
+        w.bob_plug.lost(ob.id()) >= 1
+    })
+    .await;
     let (bob, mallory) = (agent("bob"), agent("mallory"));
     let good = CustodyAck::new(
         ob.id().clone(),
