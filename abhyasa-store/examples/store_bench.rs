@@ -230,6 +230,19 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
         }
     }
     let disk = disk_bytes(&path);
+    if std::env::var_os("STORE_BENCH_KEEP").is_some() {
+        // For profiling the recovery alone: `--recover-child KIND PATH N`.
+        eprintln!("kept {}", path.display());
+        let _ = dir.keep();
+        return Scale {
+            write_secs: write.as_secs_f64(),
+            disk_per_pending: disk as f64 / pending as f64,
+            recover_secs: f64::NAN,
+            load_secs: f64::NAN,
+            recover_cpu: f64::NAN,
+            rss_per_pending: f64::NAN,
+        };
+    }
     let out = Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--recover-child",
@@ -265,11 +278,11 @@ fn recover_child(kind: &str, path: &str, pending: u64) {
     let loaded = t.elapsed().as_secs_f64();
     let mut cfg = CustodianConfig::new(AgentId::new("custodian").expect("id"));
     cfg.max_pending = usize::MAX;
-    let c = Custodian::restore(cfg, PolarityRegistry::standard(), &state.custodian);
+    let c = Custodian::restore_owned(cfg, PolarityRegistry::standard(), state.custodian);
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_secs() - cpu;
     assert_eq!(c.pending_len() as u64, pending, "recovered pending count");
-    drop(state);
+    drop(state.receiver);
     let after = rss_bytes();
     println!(
         "recover_secs={secs} recover_cpu={cpu} load_secs={loaded} rss_delta={}",

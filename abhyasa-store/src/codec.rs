@@ -130,6 +130,18 @@ pub(crate) struct ObligationRow {
 }
 
 impl ObligationRow {
+    /// A placeholder left behind when a row's obligation is moved out.
+    const EMPTY: Self = Self {
+        id: String::new(),
+        kind: String::new(),
+        target: String::new(),
+        payload: String::new(),
+        deadline_seconds: 0,
+        max_retries: 0,
+        created_at: 0,
+        sequence: None,
+    };
+
     pub(crate) fn of(ob: &Obligation) -> Self {
         Self {
             id: ob.id().to_string(),
@@ -172,6 +184,32 @@ impl ObligationRow {
         } else {
             Err(corrupt(table, key, "the obligation reads back different"))
         }
+    }
+
+    /// Rebuilds the obligation from what this store wrote under a row
+    /// checksum: the fields are checked as the builder checks them, the
+    /// canonical payload and the digest are taken as written (no JSON
+    /// parse, JCS or SHA-256 per row on recovery).
+    fn build_stored(
+        self,
+        digest: [u8; 32],
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<Obligation, StoreError> {
+        let deadline = i64::try_from(self.deadline_seconds)
+            .map_err(|_| corrupt(table, key, "deadline_seconds out of range"))?;
+        let mut b = Obligation::builder()
+            .id(self.id)
+            .kind(self.kind)
+            .target(self.target)
+            .deadline_seconds(deadline)
+            .max_retries(i64::from(self.max_retries))
+            .created_at(Timestamp::from_unix_micros(self.created_at));
+        if let Some(s) = self.sequence {
+            b = b.sequence(s);
+        }
+        b.build_stored(self.payload, Digest(digest))
+            .map_err(|e| corrupt(table, key, e))
     }
 
     /// Rebuilds the obligation (validating every field again).
@@ -298,6 +336,60 @@ impl PendingRow {
     ) -> Result<PendingRecord, StoreError> {
         let obligation = self.obligation.build(table, key)?;
         self.finish(obligation, table, key)
+    }
+
+    /// Encodes the row with its checksum: postcard, then the CRC-32 of
+    /// those bytes (little-endian). [`PendingRow::decode`] trusts a row
+    /// whose checksum holds without re-validating its obligation.
+    pub(crate) fn encode(&self, table: &'static str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let mut v = to_bytes(table, key, self)?;
+        let crc = crc32fast::hash(&v);
+        v.extend_from_slice(&crc.to_le_bytes());
+        Ok(v)
+    }
+
+    /// Decodes a row [`PendingRow::encode`] wrote, or one written before
+    /// rows carried a checksum (format 2: postcard alone); the second flag
+    /// says which.
+    pub(crate) fn decode(
+        table: &'static str,
+        key: &[u8],
+        b: &[u8],
+    ) -> Result<(Self, bool), StoreError> {
+        let (row, rest): (Self, &[u8]) =
+            postcard::take_from_bytes(b).map_err(|e| corrupt(table, key, e))?;
+        match rest.len() {
+            0 => Ok((row, false)),
+            4 => {
+                let body = &b[..b.len() - 4];
+                if crc32fast::hash(body).to_le_bytes() != rest {
+                    return Err(corrupt(table, key, "row checksum does not match"));
+                }
+                Ok((row, true))
+            }
+            n => Err(corrupt(
+                table,
+                key,
+                format!("{n} stray bytes after the row"),
+            )),
+        }
+    }
+
+    /// Decodes and rebuilds a stored row: under its checksum without
+    /// re-validating the obligation, else (an unchecksummed row) by
+    /// rebuilding and re-hashing it.
+    pub(crate) fn load(
+        table: &'static str,
+        key: &[u8],
+        b: &[u8],
+    ) -> Result<PendingRecord, StoreError> {
+        let (mut row, checked) = Self::decode(table, key, b)?;
+        if !checked {
+            return row.build(table, key);
+        }
+        let ob_row = std::mem::replace(&mut row.obligation, ObligationRow::EMPTY);
+        let obligation = ob_row.build_stored(row.digest, table, key)?;
+        row.finish(obligation, table, key)
     }
 
     /// The record this row reads back as, given the obligation it was
@@ -571,6 +663,81 @@ mod tests {
         ] {
             assert!(!row().holds(&other), "{other:?}");
             assert!(row().read_back(&other, "t", b"a").is_err());
+        }
+    }
+
+    fn pending(o: &Obligation) -> PendingRecord {
+        PendingRecord {
+            obligation: o.clone(),
+            safe: SafeAction {
+                obligation_id: o.id().clone(),
+                target: o.target().clone(),
+                effect: SafeEffect::DownWeight { magnitude: 0.5 },
+                key: GovernedKey::new("w").unwrap(),
+                sequence: o.sequence(),
+                rationale: "fail safe".into(),
+            },
+            attempts: 3,
+            next_at: Timestamp::from_unix_seconds(1_780_000_010),
+            deferred: true,
+            offered_at: Timestamp::from_unix_seconds(1_780_000_001),
+        }
+    }
+
+    // Issue 14: a checksummed pending row loads without re-validating its
+    // obligation, and still reads back exactly (digest, payload, fields);
+    // a row from before checksums loads through the full rebuild.
+    #[test]
+    fn a_checksummed_row_loads_as_written_and_an_old_row_through_the_rebuild() {
+        let a = ob("a", -0.9625043415580151, Some(3));
+        let p = pending(&a);
+        let bytes = PendingRow::of(&p).encode("t", b"a").unwrap();
+        let back = PendingRow::load("t", b"a", &bytes).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.obligation.digest(), a.digest());
+        assert_eq!(back.obligation.payload().as_map(), a.payload().as_map());
+        assert_eq!(
+            back.obligation.payload().canonical_json(),
+            a.payload().canonical_json()
+        );
+        let old = &bytes[..bytes.len() - 4];
+        assert!(!PendingRow::decode("t", b"a", old).unwrap().1);
+        assert_eq!(PendingRow::load("t", b"a", old).unwrap(), p);
+    }
+
+    // Any one damaged byte of a checksummed row fails its load with a
+    // typed error (the checksum, or the full rebuild when the damage makes
+    // it parse as an old row), and never panics; an old row whose payload
+    // was altered is caught by its digest.
+    #[test]
+    fn every_damaged_byte_of_a_pending_row_is_refused() {
+        let a = ob("a", 0.25, None);
+        let bytes = PendingRow::of(&pending(&a)).encode("t", b"a").unwrap();
+        for i in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[i] ^= flip;
+                assert!(
+                    matches!(
+                        PendingRow::load("t", b"a", &bad),
+                        Err(StoreError::Corrupt { .. })
+                    ),
+                    "byte {i} ^ {flip:#x} was accepted"
+                );
+            }
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(PendingRow::load("t", b"a", &extra).is_err());
+        let old = bytes[..bytes.len() - 4].to_vec();
+        let at = old.windows(4).position(|w| w == b"0.25").unwrap();
+        let mut bad = old.clone();
+        bad[at + 3] = b'6';
+        match PendingRow::load("t", b"a", &bad) {
+            Err(StoreError::Corrupt { detail, .. }) => {
+                assert!(detail.contains("digest"), "{detail}")
+            }
+            other => panic!("an altered old row loaded: {other:?}"),
         }
     }
 }

@@ -125,7 +125,7 @@ fn derive_row(t: Table, k: &[u8], v: &[u8]) -> Result<Derived, StoreError> {
     let mut d = Derived::default();
     match t {
         Table::Pending => {
-            let row: PendingRow = from_bytes("custody_pending", k, v)?;
+            let (row, _) = PendingRow::decode("custody_pending", k, v)?;
             d.counts.push(Counter::Pending);
             if row.deferred {
                 d.keys

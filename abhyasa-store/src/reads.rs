@@ -17,7 +17,7 @@ use crate::index::{counter, state_prefix, time_key, Counter, CUSTODY_DEFERRED, L
 
 fn pending_listed(k: &[u8], b: &[u8]) -> Result<Listed, StoreError> {
     const T: &str = "custody_pending";
-    let p: PendingRecord = from_bytes::<PendingRow>(T, k, b)?.build(T, k)?;
+    let p: PendingRecord = PendingRow::load(T, k, b)?;
     Ok(Listed {
         obligation_id: p.obligation.id().clone(),
         state: ListState::Pending,

@@ -128,18 +128,23 @@ impl Node {
             options.receiver.skew_margin,
             options.revocation_deadline,
         );
-        let custodian = abhyasa_core::custody::Custodian::restore(
+        let DurableState {
+            custodian: custodian_state,
+            receiver: receiver_state,
+            ..
+        } = state;
+        let custodian = abhyasa_core::custody::Custodian::restore_owned(
             options.custodian,
             options.registry.clone(),
-            &state.custodian,
+            custodian_state,
         );
         let receiver = abhyasa_core::custody::Receiver::restore(
             options.receiver,
             options.registry,
-            &state.receiver,
+            &receiver_state,
             now,
         );
-        drop(state);
+        drop(receiver_state);
         let (cmd_tx, cmd_rx) = mpsc::channel(8192);
         let Transport { handle, incoming } = transport;
         let transport = handle.clone();

@@ -2,7 +2,7 @@
 //! carries.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Map, Number, Value};
@@ -27,9 +27,15 @@ const MAX_PAYLOAD_DEPTH: usize = 32;
 ///
 /// Two payloads are equal when their canonical forms are equal (so `-0.0`
 /// equals `0` and `2.0` equals `2`, as their digests do).
+///
+/// The canonical text is the payload; the parsed fields are derived from
+/// it. A payload a store restores ([`ObligationBuilder::build_stored`])
+/// keeps only the text until a field is first read: a custodian holding a
+/// million pending transfers never reads their fields, so it never pays
+/// for them (issue 14).
 #[derive(Clone)]
 pub struct Payload {
-    map: Map<String, Value>,
+    map: OnceLock<Map<String, Value>>,
     canonical: String,
 }
 
@@ -52,7 +58,30 @@ impl Payload {
                 },
             ));
         }
-        Ok(Self { map, canonical })
+        Ok(Self {
+            map: OnceLock::from(map),
+            canonical,
+        })
+    }
+
+    /// A payload from the canonical text a validated payload produced,
+    /// without parsing, normalizing or canonicalizing it again: for a
+    /// store restoring what it wrote, under its own row checksum. Only
+    /// the size bound is checked here. Text that is not such a payload is
+    /// a caller's bug: its fields then read as empty (nothing panics).
+    pub fn from_canonical_unchecked(canonical: String) -> Result<Self, FieldError> {
+        if canonical.len() > MAX_PAYLOAD_BYTES {
+            return Err(FieldError::new(
+                "payload",
+                FieldProblem::TooLong {
+                    max: MAX_PAYLOAD_BYTES,
+                },
+            ));
+        }
+        Ok(Self {
+            map: OnceLock::new(),
+            canonical,
+        })
     }
 
     /// Parses a payload from its JSON text (e.g. from a protobuf frame).
@@ -80,19 +109,36 @@ impl Payload {
     /// An empty payload.
     pub fn empty() -> Self {
         Self {
-            map: Map::new(),
+            map: OnceLock::from(Map::new()),
             canonical: "{}".to_string(),
         }
     }
 
-    /// The fields.
+    /// The fields (parsed from the canonical text on first use when the
+    /// payload was restored by a store).
     pub fn as_map(&self) -> &Map<String, Value> {
-        &self.map
+        self.map.get_or_init(|| {
+            // The canonical text of a valid payload, parsed and then
+            // normalized as `Payload::new` normalizes, is that payload
+            // exactly (`normalize(parse(jcs(x))) == x`, C-T-5); anything
+            // else is not a payload at all.
+            match serde_json::from_str(&self.canonical) {
+                Ok(Value::Object(mut m)) => {
+                    for v in m.values_mut() {
+                        if normalize(v, 1).is_err() {
+                            return Map::new();
+                        }
+                    }
+                    m
+                }
+                _ => Map::new(),
+            }
+        })
     }
 
     /// One field.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.map.get(key)
+        self.as_map().get(key)
     }
 
     /// The canonical JSON text (RFC 8785).
@@ -475,7 +521,39 @@ impl ObligationBuilder {
     }
 
     /// Validates and builds.
-    pub fn build(self) -> Result<Obligation, FieldError> {
+    pub fn build(mut self) -> Result<Obligation, FieldError> {
+        let payload = match self.payload.take() {
+            None => Payload::empty(),
+            Some(Value::Object(m)) => Payload::new(m)?,
+            Some(other) => {
+                return Err(FieldError::wrong_type(
+                    "payload",
+                    "object",
+                    json_type(&other),
+                ))
+            }
+        };
+        self.finish(payload, None)
+    }
+
+    /// Builds an obligation a store restores: every field but the payload
+    /// is validated as [`build`](Self::build) does; the payload is the
+    /// canonical text and the digest the one the store wrote when the
+    /// obligation was first built, and neither is parsed, canonicalized
+    /// or hashed again (see [`Payload::from_canonical_unchecked`]). The
+    /// caller vouches for both with its own checksum over the row they
+    /// came from; a payload set on the builder is ignored.
+    pub fn build_stored(
+        mut self,
+        canonical_payload: String,
+        digest: Digest,
+    ) -> Result<Obligation, FieldError> {
+        self.payload = None;
+        let payload = Payload::from_canonical_unchecked(canonical_payload)?;
+        self.finish(payload, Some(digest))
+    }
+
+    fn finish(self, payload: Payload, digest: Option<Digest>) -> Result<Obligation, FieldError> {
         let obligation_id = ObligationId::parse_field(
             "obligation_id",
             self.obligation_id
@@ -494,17 +572,6 @@ impl ObligationBuilder {
                 .as_deref()
                 .ok_or_else(|| FieldError::missing("target"))?,
         )?;
-        let payload = match self.payload {
-            None => Payload::empty(),
-            Some(Value::Object(m)) => Payload::new(m)?,
-            Some(other) => {
-                return Err(FieldError::wrong_type(
-                    "payload",
-                    "object",
-                    json_type(&other),
-                ))
-            }
-        };
         let deadline_seconds = check_range(
             "deadline_seconds",
             self.deadline_seconds
@@ -552,7 +619,10 @@ impl ObligationBuilder {
             sequence,
             digest: Digest([0; 32]),
         };
-        inner.digest = compute_digest(&inner);
+        inner.digest = match digest {
+            Some(d) => d,
+            None => compute_digest(&inner),
+        };
         Ok(Obligation(Arc::new(inner)))
     }
 }

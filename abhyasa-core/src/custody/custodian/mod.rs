@@ -111,20 +111,35 @@ impl Custodian {
 
     /// Rebuilds a custodian from its durable state after a restart. Every
     /// pending transfer resumes its *remaining* window: the deadline is
-    /// absolute and the attempt count is the stored one (AB-2).
+    /// absolute and the attempt count is the stored one (AB-2). Copies
+    /// what it keeps; [`Custodian::restore_owned`] moves it instead.
     pub fn restore(
         config: CustodianConfig,
         registry: PolarityRegistry,
         snapshot: &CustodianSnapshot,
     ) -> Self {
+        Self::restore_owned(config, registry, snapshot.clone())
+    }
+
+    /// [`Custodian::restore`] from a snapshot it takes: each pending
+    /// transfer, terminal summary and `safe(O)` moves into the custodian
+    /// instead of being copied, so a restart holds one copy of a million
+    /// pending transfers at a time, not two (issue 14).
+    pub fn restore_owned(
+        config: CustodianConfig,
+        registry: PolarityRegistry,
+        snapshot: CustodianSnapshot,
+    ) -> Self {
         let mut c = Self::new(config, registry);
         for w in &snapshot.principal {
             c.principal.apply_write(w);
         }
-        for (id, t) in &snapshot.terminal {
-            c.terminal.insert(id.clone(), t.clone());
-        }
-        for p in snapshot.pending.values() {
+        c.terminal = snapshot.terminal;
+        c.pending.reserve(snapshot.pending.len());
+        // Collected, then built in one sorted pass: a million inserts in
+        // hash order cost several times more.
+        let mut timers = Vec::with_capacity(snapshot.pending.len());
+        for (id, p) in snapshot.pending {
             let deadline_at = p.obligation.deadline_at();
             #[cfg(feature = "mutations")]
             let deadline_at = crate::mutations::deadline_on_recovery(
@@ -133,12 +148,12 @@ impl Custodian {
                 p.obligation.deadline_seconds(),
             );
             let due = p.next_at.min(deadline_at);
-            c.timers.insert((due, p.obligation.id().clone()));
+            timers.push((due, id.clone()));
             c.pending.insert(
-                p.obligation.id().clone(),
+                id,
                 Pending {
-                    obligation: p.obligation.clone(),
-                    safe: p.safe.clone(),
+                    obligation: p.obligation,
+                    safe: p.safe,
                     attempts: p.attempts,
                     next_at: p.next_at,
                     due,
@@ -148,6 +163,7 @@ impl Custodian {
                 },
             );
         }
+        c.timers = timers.into_iter().collect();
         c
     }
 
