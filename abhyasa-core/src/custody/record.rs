@@ -17,7 +17,8 @@ use crate::principal::{Authorization, PrincipalWrite};
 /// A pending custody transfer, as stored.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PendingRecord {
-    /// The obligation (its digest is recomputed on load).
+    /// The obligation (a store keeps its digest and checks the row it is
+    /// stored in; see `ObligationBuilder::build_stored`).
     pub obligation: Obligation,
     /// `safe(O)` as classified at offer.
     pub safe: SafeAction,
