@@ -39,6 +39,16 @@ pub struct Payload {
     canonical: String,
 }
 
+/// The refusal of a payload past [`MAX_PAYLOAD_BYTES`].
+fn too_long() -> FieldError {
+    FieldError::new(
+        "payload",
+        FieldProblem::TooLong {
+            max: MAX_PAYLOAD_BYTES,
+        },
+    )
+}
+
 impl Payload {
     /// Validates a JSON object as a payload, normalizing every number to
     /// the value its canonical text reads back as (see [`payload_number`]),
@@ -51,12 +61,7 @@ impl Payload {
         let mut canonical = String::new();
         canonical::write_object(&map, &mut canonical);
         if canonical.len() > MAX_PAYLOAD_BYTES {
-            return Err(FieldError::new(
-                "payload",
-                FieldProblem::TooLong {
-                    max: MAX_PAYLOAD_BYTES,
-                },
-            ));
+            return Err(too_long());
         }
         Ok(Self {
             map: OnceLock::from(map),
@@ -71,12 +76,7 @@ impl Payload {
     /// a caller's bug: its fields then read as empty (nothing panics).
     pub fn from_canonical_unchecked(canonical: String) -> Result<Self, FieldError> {
         if canonical.len() > MAX_PAYLOAD_BYTES {
-            return Err(FieldError::new(
-                "payload",
-                FieldProblem::TooLong {
-                    max: MAX_PAYLOAD_BYTES,
-                },
-            ));
+            return Err(too_long());
         }
         Ok(Self {
             map: OnceLock::new(),
@@ -87,12 +87,7 @@ impl Payload {
     /// Parses a payload from its JSON text (e.g. from a protobuf frame).
     pub fn from_json_bytes(bytes: &[u8]) -> Result<Self, FieldError> {
         if bytes.len() > MAX_PAYLOAD_BYTES * 4 {
-            return Err(FieldError::new(
-                "payload",
-                FieldProblem::TooLong {
-                    max: MAX_PAYLOAD_BYTES,
-                },
-            ));
+            return Err(too_long());
         }
         let v: Value = serde_json::from_slice(bytes)
             .map_err(|e| FieldError::invalid("payload", format!("not JSON: {e}")))?;
