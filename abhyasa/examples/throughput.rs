@@ -42,7 +42,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Custody throughput and latency over loopback QUIC.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Store: redb, sled, all (redb and sled) or postgres.
+    /// Store: redb, sled, log, all (redb, sled and log) or postgres.
     #[arg(long, default_value = "all")]
     store: String,
     /// The database of `--store postgres` (default: env ABHYASA_PG_URL).
