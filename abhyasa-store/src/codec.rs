@@ -20,8 +20,8 @@ use abhyasa_core::custody::{
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::store::StoreError;
 use abhyasa_core::{
-    AgentId, DeclineReason, Digest, GovernedKey, Kind, Obligation, ObligationId, SafeAction,
-    SafeEffect, Sequence, Timestamp,
+    AgentId, DeclineReason, Digest, GovernedKey, Kind, Obligation, ObligationBuilder, ObligationId,
+    SafeAction, SafeEffect, Sequence, Timestamp,
 };
 
 /// A printable form of a key for error messages.
@@ -130,18 +130,6 @@ pub(crate) struct ObligationRow {
 }
 
 impl ObligationRow {
-    /// A placeholder left behind when a row's obligation is moved out.
-    const EMPTY: Self = Self {
-        id: String::new(),
-        kind: String::new(),
-        target: String::new(),
-        payload: String::new(),
-        deadline_seconds: 0,
-        max_retries: 0,
-        created_at: 0,
-        sequence: None,
-    };
-
     pub(crate) fn of(ob: &Obligation) -> Self {
         Self {
             id: ob.id().to_string(),
@@ -186,29 +174,43 @@ impl ObligationRow {
         }
     }
 
-    /// Rebuilds the obligation from what this store wrote under a row
-    /// checksum: the fields are checked as the builder checks them, the
-    /// canonical payload and the digest are taken as written (no JSON
-    /// parse, JCS or SHA-256 per row on recovery).
-    fn build_stored(
-        self,
-        digest: [u8; 32],
+    /// `b` with the fields both rebuilds set the same way: deadline,
+    /// retries, creation time and sequence.
+    fn scalars(
+        &self,
+        b: ObligationBuilder,
         table: &'static str,
         key: &[u8],
-    ) -> Result<Obligation, StoreError> {
+    ) -> Result<ObligationBuilder, StoreError> {
         let deadline = i64::try_from(self.deadline_seconds)
             .map_err(|_| corrupt(table, key, "deadline_seconds out of range"))?;
-        let mut b = Obligation::builder()
-            .id(self.id)
-            .kind(self.kind)
-            .target(self.target)
+        let mut b = b
             .deadline_seconds(deadline)
             .max_retries(i64::from(self.max_retries))
             .created_at(Timestamp::from_unix_micros(self.created_at));
         if let Some(s) = self.sequence {
             b = b.sequence(s);
         }
-        b.build_stored(self.payload, Digest(digest))
+        Ok(b)
+    }
+
+    /// Rebuilds the obligation from what this store wrote under a row
+    /// checksum: the fields are checked as the builder checks them, the
+    /// canonical payload and the digest are taken as written (no JSON
+    /// parse, JCS or SHA-256 per row on recovery). The strings move into
+    /// the obligation: the row is spent.
+    fn build_stored(
+        &mut self,
+        digest: [u8; 32],
+        table: &'static str,
+        key: &[u8],
+    ) -> Result<Obligation, StoreError> {
+        let b = Obligation::builder()
+            .id(std::mem::take(&mut self.id))
+            .kind(std::mem::take(&mut self.kind))
+            .target(std::mem::take(&mut self.target));
+        self.scalars(b, table, key)?
+            .build_stored(std::mem::take(&mut self.payload), Digest(digest))
             .map_err(|e| corrupt(table, key, e))
     }
 
@@ -216,20 +218,14 @@ impl ObligationRow {
     pub(crate) fn build(&self, table: &'static str, key: &[u8]) -> Result<Obligation, StoreError> {
         let payload: serde_json::Value = serde_json::from_str(&self.payload)
             .map_err(|e| corrupt(table, key, format!("payload: {e}")))?;
-        let deadline = i64::try_from(self.deadline_seconds)
-            .map_err(|_| corrupt(table, key, "deadline_seconds out of range"))?;
-        let mut b = Obligation::builder()
+        let b = Obligation::builder()
             .id(self.id.as_str())
             .kind(self.kind.as_str())
             .target(self.target.as_str())
-            .payload(payload)
-            .deadline_seconds(deadline)
-            .max_retries(i64::from(self.max_retries))
-            .created_at(Timestamp::from_unix_micros(self.created_at));
-        if let Some(s) = self.sequence {
-            b = b.sequence(s);
-        }
-        b.build().map_err(|e| corrupt(table, key, e))
+            .payload(payload);
+        self.scalars(b, table, key)?
+            .build()
+            .map_err(|e| corrupt(table, key, e))
     }
 }
 
@@ -387,8 +383,7 @@ impl PendingRow {
         if !checked {
             return row.build(table, key);
         }
-        let ob_row = std::mem::replace(&mut row.obligation, ObligationRow::EMPTY);
-        let obligation = ob_row.build_stored(row.digest, table, key)?;
+        let obligation = row.obligation.build_stored(row.digest, table, key)?;
         row.finish(obligation, table, key)
     }
 

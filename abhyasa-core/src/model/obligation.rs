@@ -39,6 +39,15 @@ pub struct Payload {
     canonical: String,
 }
 
+/// Normalizes every field of a payload as [`Payload::new`] accepts it
+/// (see [`payload_number`]), naming the first bad one.
+fn normalize_fields(map: &mut Map<String, Value>) -> Result<(), FieldError> {
+    for (k, v) in map.iter_mut() {
+        normalize(v, 1).map_err(|e| e.at_key(k).into_field_error())?;
+    }
+    Ok(())
+}
+
 /// The refusal of a payload past [`MAX_PAYLOAD_BYTES`].
 fn too_long() -> FieldError {
     FieldError::new(
@@ -55,9 +64,7 @@ impl Payload {
     /// so that whatever is accepted here round-trips exactly through JSON,
     /// protobuf and every store.
     pub fn new(mut map: Map<String, Value>) -> Result<Self, FieldError> {
-        for (k, v) in map.iter_mut() {
-            normalize(v, 1).map_err(|e| e.at_key(k).into_field_error())?;
-        }
+        normalize_fields(&mut map)?;
         let mut canonical = String::new();
         canonical::write_object(&map, &mut canonical);
         if canonical.len() > MAX_PAYLOAD_BYTES {
@@ -118,14 +125,10 @@ impl Payload {
             // exactly (`normalize(parse(jcs(x))) == x`, C-T-5); anything
             // else is not a payload at all.
             match serde_json::from_str(&self.canonical) {
-                Ok(Value::Object(mut m)) => {
-                    for v in m.values_mut() {
-                        if normalize(v, 1).is_err() {
-                            return Map::new();
-                        }
-                    }
-                    m
-                }
+                Ok(Value::Object(mut m)) => match normalize_fields(&mut m) {
+                    Ok(()) => m,
+                    Err(_) => Map::new(),
+                },
                 _ => Map::new(),
             }
         })
@@ -539,11 +542,10 @@ impl ObligationBuilder {
     /// caller vouches for both with its own checksum over the row they
     /// came from; a payload set on the builder is ignored.
     pub fn build_stored(
-        mut self,
+        self,
         canonical_payload: String,
         digest: Digest,
     ) -> Result<Obligation, FieldError> {
-        self.payload = None;
         let payload = Payload::from_canonical_unchecked(canonical_payload)?;
         self.finish(payload, Some(digest))
     }
