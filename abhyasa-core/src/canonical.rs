@@ -7,6 +7,8 @@
 //! when absent. Any peer with a JCS library can recompute it; test vectors
 //! live in `spec/vectors/`.
 
+use std::fmt::Write as _;
+
 use serde_json::{Map, Number, Value};
 use sha2::{Digest as _, Sha256};
 
@@ -36,47 +38,76 @@ pub fn write_jcs(v: &Value, out: &mut String) {
 
 /// JCS of an object: members sorted by the UTF-16 code units of their names.
 pub fn write_object(m: &Map<String, Value>, out: &mut String) {
-    let mut keys: Vec<&String> = m.keys().collect();
-    keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
     out.push('{');
-    for (i, k) in keys.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+    // Without serde_json's `preserve_order` (which an embedder may turn
+    // on) the map iterates in byte order of the names, and byte order is
+    // UTF-16 order unless a name holds a character at or above U+E000
+    // (UTF-8 lead bytes 0xEE and up). Sort only when either fails.
+    let mut prev: Option<&String> = None;
+    let in_order = m.keys().all(|k| {
+        let ok = prev.is_none_or(|p| p < k) && k.bytes().all(|b| b < 0xEE);
+        prev = Some(k);
+        ok
+    });
+    if in_order {
+        for (i, (k, v)) in m.iter().enumerate() {
+            member(i, k, v, out);
         }
-        write_string(k, out);
-        out.push(':');
-        if let Some(v) = m.get(k) {
-            write_jcs(v, out);
+    } else {
+        let mut members: Vec<(&String, &Value)> = m.iter().collect();
+        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        for (i, (k, v)) in members.into_iter().enumerate() {
+            member(i, k, v, out);
         }
     }
     out.push('}');
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
-        }
+fn member(i: usize, k: &str, v: &Value, out: &mut String) {
+    if i > 0 {
+        out.push(',');
     }
+    write_string(k, out);
+    out.push(':');
+    write_jcs(v, out);
+}
+
+/// Appends the JCS form of the string `s` (RFC 8785 §3.2.2.2): runs of
+/// characters that need no escape are copied whole.
+pub(crate) fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        // Escaped bytes are ASCII, so `run..i` and `i + 1..` are on
+        // character boundaries.
+        out.push_str(&s[run..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(esc);
+        }
+        run = i + 1;
+    }
+    out.push_str(&s[run..]);
     out.push('"');
 }
 
 fn write_number(n: &Number, out: &mut String) {
     if let Some(i) = n.as_i64() {
-        out.push_str(&i.to_string());
+        let _ = write!(out, "{i}");
     } else if let Some(u) = n.as_u64() {
-        out.push_str(&u.to_string());
+        let _ = write!(out, "{u}");
     } else if let Some(f) = n.as_f64() {
         out.push_str(&es_number(f));
     }
@@ -124,6 +155,39 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Strings are escaped as RFC 8785 says (serde_json writes the
+        /// same escapes), whatever runs of plain and escaped characters.
+        #[test]
+        fn strings_escape_as_jcs(s in "[a-z\\x00-\\x1f\"\\\\é😀]{0,16}|\\PC{0,8}") {
+            let mut out = String::new();
+            write_string(&s, &mut out);
+            prop_assert_eq!(out, serde_json::to_string(&s).unwrap_or_default());
+        }
+
+        /// Members come out in UTF-16 order of their names, also when
+        /// byte order differs (characters at or above U+E000).
+        #[test]
+        fn members_sort_by_utf16(keys in proptest::collection::vec("[a\u{e000}\u{ffff}\u{10000}\u{1f600}]{0,3}|\\PC{0,4}", 0..8)) {
+            let m: Map<String, Value> = keys.iter().map(|k| (k.clone(), Value::Null)).collect();
+            let mut names: Vec<&String> = m.keys().collect();
+            names.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            let mut expected = String::from("{");
+            for (i, k) in names.iter().enumerate() {
+                if i > 0 {
+                    expected.push(',');
+                }
+                expected.push_str(&serde_json::to_string(k).unwrap_or_default());
+                expected.push_str(":null");
+            }
+            expected.push('}');
+            let mut out = String::new();
+            write_object(&m, &mut out);
+            prop_assert_eq!(out, expected);
+        }
+    }
 
     #[test]
     fn es_numbers_match_rfc8785_examples() {

@@ -256,7 +256,7 @@ impl SafeRow {
             },
             key: s.key.to_string(),
             sequence: s.sequence.map(|q| q.0),
-            rationale: s.rationale.clone(),
+            rationale: s.rationale.to_string(),
             obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.to_string()),
             target: (&s.target != ob.target()).then(|| s.target.to_string()),
         }
@@ -283,7 +283,7 @@ impl SafeRow {
             },
             key: id::<GovernedKey>(table, key, self.key.as_bytes())?,
             sequence: self.sequence.map(Sequence),
-            rationale: self.rationale,
+            rationale: SafeAction::rationale_text(self.rationale),
         })
     }
 }

@@ -81,6 +81,11 @@ struct Figures {
     max_ms: f64,
     commits_alice: u64,
     mean_commit_records_alice: f64,
+    /// Mean time of alice's store thread per commit (apply, write, sync), µs.
+    mean_commit_us_alice: f64,
+    commits_bob: u64,
+    mean_commit_records_bob: f64,
+    mean_commit_us_bob: f64,
     /// Frames the transport refused (queue full) during the custody run.
     frames_unsent_alice: u64,
     /// Custody retries sent during the custody run.
@@ -162,6 +167,10 @@ fn print(f: &Figures) {
     println!(
         "  alice (custody run): {} commits, {:.1} records per commit, {} retries, {} frames refused by a full send queue",
         f.commits_alice, f.mean_commit_records_alice, f.retries_alice, f.frames_unsent_alice
+    );
+    println!(
+        "  store commits (custody run): alice {:.0} µs each, bob {} commits of {:.1} records, {:.0} µs each",
+        f.mean_commit_us_alice, f.commits_bob, f.mean_commit_records_bob, f.mean_commit_us_bob
     );
 }
 
@@ -304,6 +313,10 @@ async fn wait_until(
     Ok(())
 }
 
+fn mean(h: &abhyasa::metrics::Histogram) -> f64 {
+    h.sum as f64 / h.count.max(1) as f64
+}
+
 async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let n = args.count;
 
@@ -320,6 +333,10 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let custody_s = t0.elapsed().as_secs_f64();
     let m = p.alice.metrics().await?;
     let (commits_alice, records) = (m.commits, m.commit_batch_records.sum);
+    let mean_commit_us_alice = mean(&m.commit_latency_us);
+    let b = p.bob.metrics().await?;
+    let (commits_bob, mean_commit_us_bob) = (b.commits, mean(&b.commit_latency_us));
+    let mean_commit_records_bob = mean(&b.commit_batch_records);
     let frames_unsent_alice = m.frames_unsent;
     let retries_alice = m.attempts_sent.saturating_sub(m.opened);
     shutdown(p).await?;
@@ -418,6 +435,10 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
         max_ms: pct(1.0),
         commits_alice,
         mean_commit_records_alice: records as f64 / commits_alice.max(1) as f64,
+        mean_commit_us_alice,
+        commits_bob,
+        mean_commit_records_bob,
+        mean_commit_us_bob,
         frames_unsent_alice,
         retries_alice,
     };

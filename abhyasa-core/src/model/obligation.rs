@@ -1,7 +1,7 @@
 //! The obligation: a message whose receiver must honor the constraint it
 //! carries.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -409,24 +409,26 @@ fn compute_digest(o: &Inner) -> Digest {
     // Member names are ASCII, so UTF-16 order equals byte order:
     // created_at, deadline_seconds, kind, max_retries, obligation_id,
     // payload, sequence, target.
+    // Strings and integers are written straight into `s` (no JSON value,
+    // no temporary string per field).
     field("created_at", true, &mut s);
-    canonical::write_jcs(&Value::from(o.created_at.to_rfc3339()), &mut s);
+    canonical::write_string(&o.created_at.to_rfc3339(), &mut s);
     field("deadline_seconds", false, &mut s);
-    s.push_str(&o.deadline_seconds.to_string());
+    let _ = write!(s, "{}", o.deadline_seconds);
     field("kind", false, &mut s);
-    canonical::write_jcs(&Value::from(o.kind.as_str()), &mut s);
+    canonical::write_string(o.kind.as_str(), &mut s);
     field("max_retries", false, &mut s);
-    s.push_str(&o.max_retries.to_string());
+    let _ = write!(s, "{}", o.max_retries);
     field("obligation_id", false, &mut s);
-    canonical::write_jcs(&Value::from(o.obligation_id.as_str()), &mut s);
+    canonical::write_string(o.obligation_id.as_str(), &mut s);
     field("payload", false, &mut s);
     s.push_str(&o.payload.canonical);
     if let Some(seq) = o.sequence {
         field("sequence", false, &mut s);
-        s.push_str(&seq.0.to_string());
+        let _ = write!(s, "{}", seq.0);
     }
     field("target", false, &mut s);
-    canonical::write_jcs(&Value::from(o.target.as_str()), &mut s);
+    canonical::write_string(o.target.as_str(), &mut s);
     s.push('}');
     Digest(canonical::sha256(s.as_bytes()))
 }

@@ -1,5 +1,6 @@
 //! `safe(O)` and escalations.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use super::{AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, Timestamp};
@@ -33,8 +34,26 @@ pub struct SafeAction {
     pub key: GovernedKey,
     /// The obligation's sequence, for the supersession guard.
     pub sequence: Option<Sequence>,
-    /// Why, in words (recorded with the escalation).
-    pub rationale: String,
+    /// Why, in words (recorded with the escalation). The standard rules
+    /// use one static text each (no allocation per transfer);
+    /// [`SafeAction::rationale_text`] shares them again when a stored
+    /// action is read back.
+    pub rationale: Cow<'static, str>,
+}
+
+impl SafeAction {
+    /// A rationale read back from a store or the wire: one of the
+    /// standard rules' texts is shared (a pending transfer then holds no
+    /// copy of it), any other text is kept as given.
+    pub fn rationale_text(text: String) -> Cow<'static, str> {
+        match crate::polarity::STANDARD_RATIONALES
+            .iter()
+            .find(|r| **r == text)
+        {
+            Some(r) => Cow::Borrowed(r),
+            None => Cow::Owned(text),
+        }
+    }
 }
 
 /// What the principal-side supersession guard did with an action.

@@ -10,6 +10,10 @@ use crate::error::{FieldError, FieldProblem};
 use crate::model::{Obligation, SafeAction, SafeEffect};
 use crate::principal::Authorization;
 
+/// The rationale of this rule's fail-safe (recorded with an escalation).
+pub const ANUMATI_RATIONALE: &str = "Anumati: an unconfirmed consent restriction defaults \
+                                    fail-closed: withhold the scope";
+
 /// `anumati.consent`.
 pub const ANUMATI_KIND: &str = "anumati.consent";
 
@@ -49,9 +53,7 @@ impl PolarityRule for AnumatiRule {
                         effect: SafeEffect::FailClosed,
                         key: key.clone(),
                         sequence: ob.sequence(),
-                        rationale: "Anumati: an unconfirmed consent restriction defaults \
-                                    fail-closed: withhold the scope"
-                            .into(),
+                        rationale: std::borrow::Cow::Borrowed(ANUMATI_RATIONALE),
                     },
                 },
                 key: Some(key),

@@ -11,9 +11,12 @@ mod phala;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use anumati::{AnumatiRule, ANUMATI_KIND};
-pub use oauth::{OAuthRule, OAUTH_KIND};
-pub use phala::{PhalaRule, PHALA_KIND};
+pub use anumati::{AnumatiRule, ANUMATI_KIND, ANUMATI_RATIONALE};
+pub use oauth::{OAuthRule, OAUTH_KIND, OAUTH_RATIONALE};
+pub use phala::{PhalaRule, PHALA_KIND, PHALA_RATIONALE};
+
+/// The fail-safe rationales of the standard rules.
+pub const STANDARD_RATIONALES: [&str; 3] = [ANUMATI_RATIONALE, OAUTH_RATIONALE, PHALA_RATIONALE];
 
 use crate::error::{FieldError, FieldProblem};
 use crate::model::{AgentId, GovernedKey, Kind, Obligation, SafeAction};

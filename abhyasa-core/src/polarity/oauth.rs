@@ -6,6 +6,10 @@ use crate::error::{FieldError, FieldProblem};
 use crate::model::{Obligation, SafeAction, SafeEffect};
 use crate::principal::Authorization;
 
+/// The rationale of this rule's fail-safe (recorded with an escalation).
+pub const OAUTH_RATIONALE: &str = "OAuth: an unconfirmed token revocation defaults fail-closed: \
+                                    stop honoring the token";
+
 /// `oauth.token`.
 pub const OAUTH_KIND: &str = "oauth.token";
 
@@ -54,9 +58,7 @@ impl PolarityRule for OAuthRule {
                         effect: SafeEffect::FailClosed,
                         key: key.clone(),
                         sequence: ob.sequence(),
-                        rationale: "OAuth: an unconfirmed token revocation defaults fail-closed: \
-                                    stop honoring the token"
-                            .into(),
+                        rationale: std::borrow::Cow::Borrowed(OAUTH_RATIONALE),
                     },
                 },
                 key: Some(key),

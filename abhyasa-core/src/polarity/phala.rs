@@ -6,6 +6,10 @@ use super::{key, payload_str, Admission, Classification, PolarityRule};
 use crate::error::{FieldError, FieldProblem};
 use crate::model::{Obligation, SafeAction, SafeEffect};
 
+/// The rationale of this rule's fail-safe (recorded with an escalation).
+pub const PHALA_RATIONALE: &str = "Phala: principal-side routing down-weight toward the target \
+                                    whose corrective update was not confirmed";
+
 /// `phala.belief_update`.
 pub const PHALA_KIND: &str = "phala.belief_update";
 
@@ -67,9 +71,7 @@ impl PolarityRule for PhalaRule {
                         },
                         key: key.clone(),
                         sequence: ob.sequence(),
-                        rationale: "Phala: principal-side routing down-weight toward the target \
-                                    whose corrective update was not confirmed"
-                            .into(),
+                        rationale: std::borrow::Cow::Borrowed(PHALA_RATIONALE),
                     },
                 },
                 key: Some(key),
