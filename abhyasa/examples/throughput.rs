@@ -313,10 +313,6 @@ async fn wait_until(
     Ok(())
 }
 
-fn mean(h: &abhyasa::metrics::Histogram) -> f64 {
-    h.sum as f64 / h.count.max(1) as f64
-}
-
 async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let n = args.count;
 
@@ -332,11 +328,7 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     .await?;
     let custody_s = t0.elapsed().as_secs_f64();
     let m = p.alice.metrics().await?;
-    let (commits_alice, records) = (m.commits, m.commit_batch_records.sum);
-    let mean_commit_us_alice = mean(&m.commit_latency_us);
     let b = p.bob.metrics().await?;
-    let (commits_bob, mean_commit_us_bob) = (b.commits, mean(&b.commit_latency_us));
-    let mean_commit_records_bob = mean(&b.commit_batch_records);
     let frames_unsent_alice = m.frames_unsent;
     let retries_alice = m.attempts_sent.saturating_sub(m.opened);
     shutdown(p).await?;
@@ -433,12 +425,12 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
         max_ms: pct(1.0),
-        commits_alice,
-        mean_commit_records_alice: records as f64 / commits_alice.max(1) as f64,
-        mean_commit_us_alice,
-        commits_bob,
-        mean_commit_records_bob,
-        mean_commit_us_bob,
+        commits_alice: m.commits,
+        mean_commit_records_alice: m.commit_batch_records.mean(),
+        mean_commit_us_alice: m.commit_latency_us.mean(),
+        commits_bob: b.commits,
+        mean_commit_records_bob: b.commit_batch_records.mean(),
+        mean_commit_us_bob: b.commit_latency_us.mean(),
         frames_unsent_alice,
         retries_alice,
     };
