@@ -55,10 +55,10 @@ pub(crate) fn to_bytes<T: Serialize>(
 }
 
 /// Decodes a postcard row.
-pub(crate) fn from_bytes<T: DeserializeOwned>(
+pub(crate) fn from_bytes<'a, T: Deserialize<'a>>(
     table: &'static str,
     key: &[u8],
-    b: &[u8],
+    b: &'a [u8],
 ) -> Result<T, StoreError> {
     postcard::from_bytes(b).map_err(|e| corrupt(table, key, e))
 }
@@ -116,26 +116,29 @@ pub(crate) fn split_pair_key(
     Ok((custodian, oid))
 }
 
-/// An obligation's immutable fields.
+/// An obligation's immutable fields. The strings borrow: from the
+/// obligation when a row is written, from the stored bytes when one is
+/// read (postcard writes `&str` and `String` alike), so neither writing a
+/// row nor checking one copies its payload (issue 14).
 #[derive(Serialize, Deserialize)]
-pub(crate) struct ObligationRow {
-    id: String,
-    kind: String,
-    target: String,
-    payload: String,
+pub(crate) struct ObligationRow<'a> {
+    id: &'a str,
+    kind: &'a str,
+    target: &'a str,
+    payload: &'a str,
     deadline_seconds: u64,
     max_retries: u32,
     created_at: i64,
     sequence: Option<u64>,
 }
 
-impl ObligationRow {
-    pub(crate) fn of(ob: &Obligation) -> Self {
+impl<'a> ObligationRow<'a> {
+    pub(crate) fn of(ob: &'a Obligation) -> Self {
         Self {
-            id: ob.id().to_string(),
-            kind: ob.kind().to_string(),
-            target: ob.target().to_string(),
-            payload: ob.payload().canonical_json().to_string(),
+            id: ob.id().as_str(),
+            kind: ob.kind().as_str(),
+            target: ob.target().as_str(),
+            payload: ob.payload().canonical_json(),
             deadline_seconds: ob.deadline_seconds(),
             max_retries: ob.max_retries(),
             created_at: ob.created_at().unix_micros(),
@@ -197,31 +200,30 @@ impl ObligationRow {
     /// Rebuilds the obligation from what this store wrote under a row
     /// checksum: the fields are checked as the builder checks them, the
     /// canonical payload and the digest are taken as written (no JSON
-    /// parse, JCS or SHA-256 per row on recovery). The strings move into
-    /// the obligation: the row is spent.
+    /// parse, JCS or SHA-256 per row on recovery).
     fn build_stored(
-        &mut self,
+        &self,
         digest: [u8; 32],
         table: &'static str,
         key: &[u8],
     ) -> Result<Obligation, StoreError> {
         let b = Obligation::builder()
-            .id(std::mem::take(&mut self.id))
-            .kind(std::mem::take(&mut self.kind))
-            .target(std::mem::take(&mut self.target));
+            .id(self.id)
+            .kind(self.kind)
+            .target(self.target);
         self.scalars(b, table, key)?
-            .build_stored(std::mem::take(&mut self.payload), Digest(digest))
+            .build_stored(self.payload.to_owned(), Digest(digest))
             .map_err(|e| corrupt(table, key, e))
     }
 
     /// Rebuilds the obligation (validating every field again).
     pub(crate) fn build(&self, table: &'static str, key: &[u8]) -> Result<Obligation, StoreError> {
-        let payload: serde_json::Value = serde_json::from_str(&self.payload)
+        let payload: serde_json::Value = serde_json::from_str(self.payload)
             .map_err(|e| corrupt(table, key, format!("payload: {e}")))?;
         let b = Obligation::builder()
-            .id(self.id.as_str())
-            .kind(self.kind.as_str())
-            .target(self.target.as_str())
+            .id(self.id)
+            .kind(self.kind)
+            .target(self.target)
             .payload(payload);
         self.scalars(b, table, key)?
             .build()
@@ -238,27 +240,27 @@ enum SafeEffectRow {
 /// `safe(O)`; its obligation id and target are stored only when they
 /// differ from the obligation's.
 #[derive(Serialize, Deserialize)]
-struct SafeRow {
+struct SafeRow<'a> {
     effect: SafeEffectRow,
-    key: String,
+    key: &'a str,
     sequence: Option<u64>,
-    rationale: String,
-    obligation_id: Option<String>,
-    target: Option<String>,
+    rationale: &'a str,
+    obligation_id: Option<&'a str>,
+    target: Option<&'a str>,
 }
 
-impl SafeRow {
-    fn of(s: &SafeAction, ob: &Obligation) -> Self {
+impl<'a> SafeRow<'a> {
+    fn of(s: &'a SafeAction, ob: &Obligation) -> Self {
         Self {
             effect: match s.effect {
                 SafeEffect::FailClosed => SafeEffectRow::FailClosed,
                 SafeEffect::DownWeight { magnitude } => SafeEffectRow::DownWeight(magnitude),
             },
-            key: s.key.to_string(),
+            key: s.key.as_str(),
             sequence: s.sequence.map(|q| q.0),
-            rationale: s.rationale.to_string(),
-            obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.to_string()),
-            target: (&s.target != ob.target()).then(|| s.target.to_string()),
+            rationale: &s.rationale,
+            obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.as_str()),
+            target: (&s.target != ob.target()).then(|| s.target.as_str()),
         }
     }
 
@@ -283,26 +285,28 @@ impl SafeRow {
             },
             key: id::<GovernedKey>(table, key, self.key.as_bytes())?,
             sequence: self.sequence.map(Sequence),
-            rationale: SafeAction::rationale_text(self.rationale),
+            rationale: SafeAction::rationale_text(self.rationale.to_owned()),
         })
     }
 }
 
 /// A pending transfer, keyed by obligation id.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct PendingRow {
+pub(crate) struct PendingRow<'a> {
     /// Checked against the rebuilt obligation on load.
     pub(crate) digest: [u8; 32],
-    obligation: ObligationRow,
-    safe: SafeRow,
+    #[serde(borrow)]
+    obligation: ObligationRow<'a>,
+    #[serde(borrow)]
+    safe: SafeRow<'a>,
     pub(crate) attempts: u32,
     pub(crate) next_at: i64,
     pub(crate) deferred: bool,
     offered_at: i64,
 }
 
-impl PendingRow {
-    pub(crate) fn of(p: &PendingRecord) -> Self {
+impl<'a> PendingRow<'a> {
+    pub(crate) fn of(p: &'a PendingRecord) -> Self {
         Self {
             digest: p.obligation.digest().0,
             obligation: ObligationRow::of(&p.obligation),
@@ -350,7 +354,7 @@ impl PendingRow {
     pub(crate) fn decode(
         table: &'static str,
         key: &[u8],
-        b: &[u8],
+        b: &'a [u8],
     ) -> Result<(Self, bool), StoreError> {
         let (row, rest): (Self, &[u8]) =
             postcard::take_from_bytes(b).map_err(|e| corrupt(table, key, e))?;
@@ -377,9 +381,9 @@ impl PendingRow {
     pub(crate) fn load(
         table: &'static str,
         key: &[u8],
-        b: &[u8],
+        b: &'a [u8],
     ) -> Result<PendingRecord, StoreError> {
-        let (mut row, checked) = Self::decode(table, key, b)?;
+        let (row, checked) = Self::decode(table, key, b)?;
         if !checked {
             return row.build(table, key);
         }
@@ -434,9 +438,9 @@ impl PendingRow {
 /// A finished transfer, keyed by obligation id, with the log positions of
 /// its escalation and reconciliation items (compacted together).
 #[derive(Serialize, Deserialize)]
-pub(crate) struct TerminalRow {
+pub(crate) struct TerminalRow<'a> {
     pub(crate) digest: [u8; 32],
-    target: String,
+    target: &'a str,
     state: TerminalState,
     pub(crate) deadline_at: i64,
     closed_at: i64,
@@ -445,11 +449,11 @@ pub(crate) struct TerminalRow {
     pub(crate) reconciliation: Option<u64>,
 }
 
-impl TerminalRow {
-    pub(crate) fn of(t: &TerminalSummary, escalation: Option<u64>) -> Self {
+impl<'a> TerminalRow<'a> {
+    pub(crate) fn of(t: &'a TerminalSummary, escalation: Option<u64>) -> Self {
         Self {
             digest: t.digest.0,
-            target: t.target.to_string(),
+            target: t.target.as_str(),
             state: t.state,
             deadline_at: t.deadline_at.unix_micros(),
             closed_at: t.closed_at.unix_micros(),
@@ -511,33 +515,35 @@ impl EffectRow {
 
 /// A receiver ledger entry, keyed by (custodian, obligation id).
 #[derive(Serialize, Deserialize)]
-pub(crate) struct LedgerRow {
+pub(crate) struct LedgerRow<'a> {
     digest: [u8; 32],
-    kind: String,
+    kind: &'a str,
     pub(crate) outcome: LedgerOutcome,
     reason: Option<DeclineReason>,
-    detail: Option<String>,
-    effect: Vec<(String, EffectRow)>,
-    key_sequence: Option<(String, u64)>,
+    detail: Option<&'a str>,
+    #[serde(borrow)]
+    effect: Vec<(&'a str, EffectRow)>,
+    key_sequence: Option<(&'a str, u64)>,
     recorded_at: i64,
     pub(crate) deadline_at: i64,
-    obligation: Option<ObligationRow>,
+    #[serde(borrow)]
+    obligation: Option<ObligationRow<'a>>,
 }
 
-impl LedgerRow {
-    pub(crate) fn of(l: &LedgerRecord) -> Self {
+impl<'a> LedgerRow<'a> {
+    pub(crate) fn of(l: &'a LedgerRecord) -> Self {
         Self {
             digest: l.digest.0,
-            kind: l.kind.to_string(),
+            kind: l.kind.as_str(),
             outcome: l.outcome,
             reason: l.reason,
-            detail: l.detail.clone(),
+            detail: l.detail.as_deref(),
             effect: l
                 .effect
                 .iter()
-                .map(|w| (w.key.clone(), EffectRow::of(&w.value)))
+                .map(|w| (w.key.as_str(), EffectRow::of(&w.value)))
                 .collect(),
-            key_sequence: l.key_sequence.as_ref().map(|(k, s)| (k.to_string(), s.0)),
+            key_sequence: l.key_sequence.as_ref().map(|(k, s)| (k.as_str(), s.0)),
             recorded_at: l.recorded_at.unix_micros(),
             deadline_at: l.deadline_at.unix_micros(),
             obligation: l.obligation.as_ref().map(ObligationRow::of),
@@ -581,7 +587,7 @@ impl LedgerRow {
             .map(|(k, v)| {
                 Ok(EffectWrite {
                     value: v.build(table, key)?,
-                    key: k,
+                    key: k.to_owned(),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -596,7 +602,7 @@ impl LedgerRow {
             kind: id::<Kind>(table, key, self.kind.as_bytes())?,
             outcome: self.outcome,
             reason: self.reason,
-            detail: self.detail,
+            detail: self.detail.map(str::to_owned),
             effect,
             key_sequence,
             recorded_at: Timestamp::from_unix_micros(self.recorded_at),
