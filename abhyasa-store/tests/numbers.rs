@@ -132,7 +132,7 @@ fn inject(kind: Kind, path: &std::path::Path, table: &str, key: &[u8], value: &[
             w.commit().unwrap();
         }
         Kind::Sled => {
-            let db = sled::open(path).unwrap();
+            let db = reopen_sled(path);
             db.open_tree(table).unwrap().insert(key, value).unwrap();
             db.flush().unwrap();
         }

@@ -187,7 +187,7 @@ fn downgrade_to_v1(kind: Kind, path: &std::path::Path) {
     let v1 = 1u32.to_be_bytes();
     match kind {
         Kind::Sled => {
-            let db = sled::open(path).unwrap();
+            let db = reopen_sled(path);
             db.drop_tree("index").unwrap();
             let meta = db.open_tree("meta").unwrap();
             for c in COUNTERS {
@@ -282,7 +282,7 @@ fn damage(kind: Kind, path: &std::path::Path, table: &str, key: &str) {
     match kind {
         Kind::Log => log_inject(path, table, key.as_bytes(), Some(&garbage)),
         Kind::Sled => {
-            let db = sled::open(path).unwrap();
+            let db = reopen_sled(path);
             db.open_tree(table)
                 .unwrap()
                 .insert(key, &garbage[..])
@@ -346,7 +346,7 @@ fn split_event_blocks(kind: Kind, path: &std::path::Path) {
     };
     match kind {
         Kind::Sled => {
-            let db = sled::open(path).unwrap();
+            let db = reopen_sled(path);
             let t = db.open_tree("events").unwrap();
             let rows: Vec<_> = t.iter().map(|r| r.unwrap()).collect();
             for (k, v) in rows {

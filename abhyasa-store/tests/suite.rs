@@ -711,7 +711,7 @@ fn newer_format_version_is_refused() {
         match kind {
             Kind::Log => log_inject(&path, "meta", b"format_version", Some(&newer)),
             Kind::Sled => {
-                let db = sled::open(&path).unwrap();
+                let db = reopen_sled(&path);
                 db.open_tree("meta")
                     .unwrap()
                     .insert("format_version", &newer)
@@ -755,7 +755,7 @@ fn corrupt_rows_are_typed_errors() {
         match kind {
             Kind::Log => log_inject(&path, "custody_pending", b"a", Some(&[0xff, 0xff, 0x01])),
             Kind::Sled => {
-                let db = sled::open(&path).unwrap();
+                let db = reopen_sled(&path);
                 db.open_tree("custody_pending")
                     .unwrap()
                     .insert("a", &[0xff, 0xff, 0x01][..])
