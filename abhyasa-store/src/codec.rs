@@ -51,7 +51,23 @@ pub(crate) fn to_bytes<T: Serialize>(
     key: &[u8],
     v: &T,
 ) -> Result<Vec<u8>, StoreError> {
-    postcard::to_allocvec(v).map_err(|e| corrupt(table, key, format!("cannot encode: {e}")))
+    to_bytes_in(table, key, v, Vec::with_capacity(ROW_BYTES))
+}
+
+/// Room for a typical row's fixed fields (a digest, ids, timestamps): the
+/// encoder starts there instead of growing the buffer a few bytes at a
+/// time (issue 14: the reallocations showed in the commit profile).
+const ROW_BYTES: usize = 160;
+
+/// Encodes a row with postcard into `buf` (cleared first).
+fn to_bytes_in<T: Serialize>(
+    table: &'static str,
+    key: &[u8],
+    v: &T,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, StoreError> {
+    buf.clear();
+    postcard::to_extend(v, buf).map_err(|e| corrupt(table, key, format!("cannot encode: {e}")))
 }
 
 /// Decodes a postcard row.
@@ -342,7 +358,8 @@ impl<'a> PendingRow<'a> {
     /// those bytes (little-endian). [`PendingRow::decode`] trusts a row
     /// whose checksum holds without re-validating its obligation.
     pub(crate) fn encode(&self, table: &'static str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
-        let mut v = to_bytes(table, key, self)?;
+        let room = ROW_BYTES + self.obligation.payload.len() + self.safe.rationale.len() + 4;
+        let mut v = to_bytes_in(table, key, self, Vec::with_capacity(room))?;
         let crc = crc32fast::hash(&v);
         v.extend_from_slice(&crc.to_le_bytes());
         Ok(v)

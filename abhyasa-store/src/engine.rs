@@ -126,6 +126,20 @@ pub(crate) trait Txn {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError>;
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError>;
+    /// [`Txn::put`] of a key whose value in this transaction the caller
+    /// has just read as `old`, with no write to it since: a layer that
+    /// derives from the old row ([`crate::index::Indexed`]) takes it from
+    /// here instead of reading it a second time (issue 14).
+    fn put_over(
+        &mut self,
+        t: Table,
+        k: &[u8],
+        old: Option<&[u8]>,
+        v: &[u8],
+    ) -> Result<(), StoreError> {
+        let _ = old;
+        self.put(t, k, v)
+    }
 }
 
 /// A visitor of `(key, value)` entries; returns `false` to stop.
@@ -364,7 +378,7 @@ fn update_pending(
             PendingRow::load(T, k, &b)?;
         }
         f(&mut row);
-        txn.put(Table::Pending, k, &row.encode(T, k)?)?;
+        txn.put_over(Table::Pending, k, Some(&b), &row.encode(T, k)?)?;
     }
     Ok(())
 }
@@ -374,8 +388,9 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
         Record::CustodyOpened { pending, principal } => {
             let id = pending.obligation.id();
             if offer_is_new(txn, id, pending.obligation.digest())? {
+                // New: neither pending nor terminal (just read).
                 let k = id.as_str().as_bytes();
-                txn.put(Table::Pending, k, &pending_bytes(k, pending)?)?;
+                txn.put_over(Table::Pending, k, None, &pending_bytes(k, pending)?)?;
                 for w in principal {
                     put_principal(txn, w)?;
                 }
@@ -420,14 +435,16 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                     late_ack_recorded: false,
                 };
                 let row = TerminalRow::of(&summary, escalation);
-                txn.put(Table::Terminal, k, &to_bytes("custody_terminal", k, &row)?)?;
+                let v = to_bytes("custody_terminal", k, &row)?;
+                txn.put_over(Table::Terminal, k, None, &v)?;
             }
         }
         Record::BestEffortSent { summary, principal } => {
             if offer_is_new(txn, &summary.obligation_id, summary.digest)? {
                 let k = summary.obligation_id.as_str().as_bytes();
                 let row = TerminalRow::of(summary, None);
-                txn.put(Table::Terminal, k, &to_bytes("custody_terminal", k, &row)?)?;
+                let v = to_bytes("custody_terminal", k, &row)?;
+                txn.put_over(Table::Terminal, k, None, &v)?;
                 for w in principal {
                     put_principal(txn, w)?;
                 }
@@ -452,7 +469,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                         &rk,
                         &to_bytes("reconciliations", &rk, rec)?,
                     )?;
-                    txn.put(Table::Terminal, k, &to_bytes(T, k, &row)?)?;
+                    txn.put_over(Table::Terminal, k, Some(&b), &to_bytes(T, k, &row)?)?;
                 }
             }
         }
@@ -461,8 +478,9 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             // sequence in this one transaction; a decided entry is final.
             const T: &str = "receiver_ledger";
             let k = pair_key(&l.custodian, &l.obligation_id);
-            if let Some(b) = txn.get(Table::Ledger, &k)? {
-                let existing: LedgerRow = from_bytes(T, &k, &b)?;
+            let old = txn.get(Table::Ledger, &k)?;
+            if let Some(b) = &old {
+                let existing: LedgerRow = from_bytes(T, &k, b)?;
                 if matches!(
                     existing.outcome,
                     LedgerOutcome::Applied | LedgerOutcome::Declined
@@ -492,7 +510,8 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             if matches!(l.outcome, LedgerOutcome::Applied | LedgerOutcome::Declined) {
                 txn.del(Table::Intents, &k)?;
             }
-            txn.put(Table::Ledger, &k, &ledger_bytes(&k, l)?)?;
+            // Nothing above wrote the ledger entry: `old` is still its value.
+            txn.put_over(Table::Ledger, &k, old.as_deref(), &ledger_bytes(&k, l)?)?;
         }
         Record::Intent(i) => {
             let k = pair_key(&i.custodian, i.obligation.id());

@@ -292,13 +292,41 @@ impl Txn for Indexed<'_> {
             return self.inner.put(t, k, v);
         }
         let old = self.inner.get(t, k)?;
-        let before = self.entity(t, k, old.as_deref())?;
-        self.inner.put(t, k, v)?;
-        if let Some(before) = before {
-            let after = self.entity(t, k, Some(v))?.unwrap_or_default();
-            self.moved(before, after)?;
+        self.put_over(t, k, old.as_deref(), v)
+    }
+
+    fn put_over(
+        &mut self,
+        t: Table,
+        k: &[u8],
+        old: Option<&[u8]>,
+        v: &[u8],
+    ) -> Result<(), StoreError> {
+        if !derives(t) {
+            return self.inner.put(t, k, v);
         }
-        Ok(())
+        // The caller's promise, checked wherever debug assertions are on
+        // (the storage suite): a wrong `old` would move the wrong index
+        // entries and counters.
+        debug_assert!(
+            self.inner.get(t, k)?.as_deref() == old,
+            "put_over on {} with a stale old value",
+            t.name()
+        );
+        let (before, after) = if t == Table::Ledger {
+            // Both sides of a ledger entry depend on the same intent,
+            // which this write does not touch: read it once.
+            let intent = self.inner.get(Table::Intents, k)?.is_some();
+            (
+                derive_ledger(k, old, intent)?,
+                derive_ledger(k, Some(v), intent)?,
+            )
+        } else {
+            let before = self.entity(t, k, old)?.unwrap_or_default();
+            (before, self.entity(t, k, Some(v))?.unwrap_or_default())
+        };
+        self.inner.put(t, k, v)?;
+        self.moved(before, after)
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
