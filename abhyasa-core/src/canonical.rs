@@ -109,41 +109,95 @@ fn write_number(n: &Number, out: &mut String) {
     } else if let Some(u) = n.as_u64() {
         let _ = write!(out, "{u}");
     } else if let Some(f) = n.as_f64() {
-        out.push_str(&es_number(f));
+        write_es_number(f, out);
     }
 }
 
 /// ECMAScript `Number.prototype.toString` of a finite double (RFC 8785 §3.2.2.3).
 pub fn es_number(x: f64) -> String {
+    let mut s = String::new();
+    write_es_number(x, &mut s);
+    s
+}
+
+/// Appends [`es_number`]`(x)` to `out`, formatting on the stack: no
+/// temporary string per number (issue 14: a payload's numbers are
+/// written on every canonicalization).
+pub(crate) fn write_es_number(x: f64, out: &mut String) {
     if x == 0.0 || !x.is_finite() {
-        return "0".to_string();
+        out.push('0');
+        return;
     }
-    if x < 0.0 {
-        return format!("-{}", es_number(-x));
-    }
-    // Rust's `{:e}` prints the shortest round-trip digits: d[.ddd]e<exp>.
-    let sci = format!("{x:e}");
-    let (mant, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let digits: String = mant.chars().filter(char::is_ascii_digit).collect();
+    let x = if x < 0.0 {
+        out.push('-');
+        -x
+    } else {
+        x
+    };
+    // Rust's `{:e}` prints the shortest round-trip digits: d[.ddd]e<exp>
+    // (at most 17 digits, a point and a three-digit exponent).
+    let mut sci = Stack::default();
+    let _ = write!(sci, "{x:e}");
+    let sci = sci.as_str();
+    let (mant, exp) = sci.split_once('e').unwrap_or((sci, "0"));
+    // The digits without the point: the first, then the fraction.
+    let (lead, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    let mut digits = Stack::default();
+    digits.push_str(lead);
+    digits.push_str(frac);
+    let digits = digits.as_str();
     let e: i32 = exp.parse().unwrap_or(0);
     let k = digits.len() as i32;
     let n = e + 1;
     if k <= n && n <= 21 {
-        let mut s = digits;
-        s.extend(std::iter::repeat_n('0', (n - k) as usize));
-        s
+        out.push_str(digits);
+        out.extend(std::iter::repeat_n('0', (n - k) as usize));
     } else if 0 < n && n <= 21 {
-        format!("{}.{}", &digits[..n as usize], &digits[n as usize..])
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
     } else if -6 < n && n <= 0 {
-        format!("0.{}{}", "0".repeat((-n) as usize), digits)
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-n) as usize));
+        out.push_str(digits);
     } else {
         let sign = if n - 1 < 0 { '-' } else { '+' };
         let ex = (n - 1).abs();
-        if k == 1 {
-            format!("{digits}e{sign}{ex}")
-        } else {
-            format!("{}.{}e{sign}{ex}", &digits[..1], &digits[1..])
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
         }
+        let _ = write!(out, "e{sign}{ex}");
+    }
+}
+
+/// A small string on the stack, for [`write_es_number`]'s pieces (they
+/// are ASCII and at most 24 bytes; anything longer is cut off, which a
+/// double's `{:e}` form never is).
+#[derive(Default)]
+struct Stack {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl Stack {
+    fn push_str(&mut self, s: &str) {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole ASCII strings are pushed, so any prefix is UTF-8.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for Stack {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
     }
 }
 
@@ -186,6 +240,63 @@ mod tests {
             let mut out = String::new();
             write_object(&m, &mut out);
             prop_assert_eq!(out, expected);
+        }
+
+        /// Every double, from its bits (subnormals, huge and tiny
+        /// exponents included), is written as the plain reference
+        /// rendering of §3.2.2.3 writes it, and reads back as itself.
+        #[test]
+        fn numbers_write_as_the_reference(
+            bits in any::<u64>(),
+            small in -1e7f64..1e7,
+            mant in 1u32..10_000,
+            exp in -330i32..310,
+        ) {
+            // Short mantissas at every exponent: each branch of the
+            // rendering, with one digit and with several.
+            let short: f64 = format!("{mant}e{exp}").parse().unwrap_or(0.0);
+            for x in [f64::from_bits(bits), small, small.round(), small / 1024.0, short, -short] {
+                if !x.is_finite() {
+                    continue;
+                }
+                let mut out = String::from("[");
+                write_es_number(x, &mut out);
+                prop_assert_eq!(&out[1..], es_reference(x), "for {:e}", x);
+                let back: f64 = out[1..].parse().unwrap_or(f64::NAN);
+                prop_assert!(back == x || (x == 0.0 && back == 0.0), "{} for {:e}", out, x);
+            }
+        }
+    }
+
+    /// §3.2.2.3 written plainly, with a temporary string per step: the
+    /// reference the stack-buffer writer is held to.
+    fn es_reference(x: f64) -> String {
+        if x == 0.0 || !x.is_finite() {
+            return "0".to_string();
+        }
+        if x < 0.0 {
+            return format!("-{}", es_reference(-x));
+        }
+        let sci = format!("{x:e}");
+        let (mant, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+        let digits: String = mant.chars().filter(char::is_ascii_digit).collect();
+        let e: i32 = exp.parse().unwrap_or(0);
+        let k = digits.len() as i32;
+        let n = e + 1;
+        if k <= n && n <= 21 {
+            format!("{digits}{}", "0".repeat((n - k) as usize))
+        } else if 0 < n && n <= 21 {
+            format!("{}.{}", &digits[..n as usize], &digits[n as usize..])
+        } else if -6 < n && n <= 0 {
+            format!("0.{}{}", "0".repeat((-n) as usize), digits)
+        } else {
+            let sign = if n - 1 < 0 { '-' } else { '+' };
+            let ex = (n - 1).abs();
+            if k == 1 {
+                format!("{digits}e{sign}{ex}")
+            } else {
+                format!("{}.{}e{sign}{ex}", &digits[..1], &digits[1..])
+            }
         }
     }
 
