@@ -43,7 +43,7 @@ impl PolarityRule for AnumatiRule {
         };
         let scope =
             payload_str(ob, "scope")?.ok_or_else(|| FieldError::missing("payload.scope"))?;
-        let key = key(ANUMATI_KIND, ob.target(), &format!("scope:{scope}"))?;
+        let key = key(ANUMATI_KIND, ob.target(), &["scope:", scope])?;
         Ok(if restrictive {
             Classification {
                 admission: Admission::Custody {

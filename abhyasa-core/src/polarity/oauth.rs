@@ -41,8 +41,8 @@ impl PolarityRule for OAuthRule {
             None => return Err(FieldError::missing("payload.action")),
         };
         let name = match (payload_str(ob, "token_id")?, payload_str(ob, "client_id")?) {
-            (Some(t), _) => format!("token:{t}"),
-            (None, Some(c)) => format!("client:{c}"),
+            (Some(t), _) => ["token:", t],
+            (None, Some(c)) => ["client:", c],
             (None, None) => return Err(FieldError::invalid(
                 "payload.token_id",
                 "required (or payload.client_id): the governed key must name the token or client",

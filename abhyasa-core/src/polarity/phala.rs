@@ -40,12 +40,14 @@ pub(crate) fn weight_delta(ob: &Obligation) -> Result<f64, FieldError> {
     }
 }
 
-/// The routing key name of a Phala obligation.
-pub(crate) fn weight_key_name(ob: &Obligation) -> Result<String, FieldError> {
-    Ok(match payload_str(ob, "weight_key")? {
-        Some(k) => k.to_string(),
-        None => format!("routing.{}.preference", ob.target()),
-    })
+/// Appends the routing key name of a Phala obligation, as parts, to
+/// `out`: `weight_key`, or `routing.<target>.preference` without one.
+fn weight_key_name<'a>(ob: &'a Obligation, out: &mut Vec<&'a str>) -> Result<(), FieldError> {
+    match payload_str(ob, "weight_key")? {
+        Some(k) => out.push(k),
+        None => out.extend(["routing.", ob.target().as_str(), ".preference"]),
+    }
+    Ok(())
 }
 
 impl PolarityRule for PhalaRule {
@@ -55,11 +57,10 @@ impl PolarityRule for PhalaRule {
 
     fn classify(&self, ob: &Obligation) -> Result<Classification, FieldError> {
         let delta = weight_delta(ob)?;
-        let key = key(
-            PHALA_KIND,
-            ob.target(),
-            &format!("weight:{}", weight_key_name(ob)?),
-        )?;
+        let mut name = Vec::with_capacity(4);
+        name.push("weight:");
+        weight_key_name(ob, &mut name)?;
+        let key = key(PHALA_KIND, ob.target(), &name)?;
         Ok(if delta < 0.0 {
             Classification {
                 admission: Admission::Custody {
