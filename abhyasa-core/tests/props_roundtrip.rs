@@ -81,6 +81,11 @@ fn round_trips(o: &Obligation) -> Result<(), TestCaseError> {
     prop_assert_eq!(&back, o);
 
     let env = Envelope::new(sender(), Message::Obligation(o.clone()));
+    prop_assert_eq!(
+        Envelope::obligation_len(&sender(), o),
+        env.encode().len(),
+        "the counted frame size differs from the encoded one"
+    );
     let decoded = Envelope::decode(&env.encode())
         .map_err(|e| TestCaseError::fail(format!("protobuf round trip of {o:?} failed: {e}")))?;
     prop_assert_eq!(&decoded, &env, "protobuf round trip changed the envelope");

@@ -1034,9 +1034,7 @@ impl Driver {
     /// headroom for retries and acks, so the queue refuses nothing an
     /// accepted offer depends on (C-ND-4). An empty queue takes any frame.
     fn admit_bytes(&self, ob: &Obligation) -> Result<usize, NodeError> {
-        let size = Envelope::new(self.agent.clone(), Message::Obligation(ob.clone()))
-            .encode()
-            .len();
+        let size = Envelope::obligation_len(&self.agent, ob);
         let peer = ob.target();
         let queued = self.transport.queued_bytes(peer) + self.unreleased.to(peer);
         let limit = self.transport.send_queue_budget() / 4 * 3;

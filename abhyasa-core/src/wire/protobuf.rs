@@ -230,6 +230,46 @@ impl Envelope {
         self.to_pb().encode_to_vec()
     }
 
+    /// `Envelope::new(sender, Message::Obligation(ob)).encode().len()`,
+    /// counted from the fields without building or encoding the frame: a
+    /// node sizes every offer against its send queue's budget before it
+    /// accepts it (issue 14: that was a second encode per obligation).
+    pub fn obligation_len(sender: &AgentId, ob: &Obligation) -> usize {
+        use prost::encoding::{encoded_len_varint, key_len};
+        // proto3: a string, bytes or scalar field at its default value is
+        // not written; a `optional` field is written whenever it is set.
+        let bytes = |tag: u32, n: usize| {
+            if n == 0 {
+                0
+            } else {
+                key_len(tag) + encoded_len_varint(n as u64) + n
+            }
+        };
+        let varint = |tag: u32, v: u64| {
+            if v == 0 {
+                0
+            } else {
+                key_len(tag) + encoded_len_varint(v)
+            }
+        };
+        let body = bytes(1, ob.id().as_str().len())
+            + bytes(2, ob.kind().as_str().len())
+            + bytes(3, ob.target().as_str().len())
+            + bytes(4, ob.payload().canonical_json().len())
+            + varint(5, ob.deadline_seconds())
+            + varint(6, u64::from(ob.max_retries()))
+            // int64 is written as the two's-complement u64.
+            + varint(7, ob.created_at().unix_micros() as u64)
+            + ob.sequence().map_or(0, |s| key_len(8) + encoded_len_varint(s.0))
+            + bytes(9, ob.digest().0.len());
+        varint(1, u64::from(PROTOCOL_VERSION))
+            + bytes(2, sender.as_str().len())
+            // The oneof member is written even when its message is empty.
+            + key_len(10)
+            + encoded_len_varint(body as u64)
+            + body
+    }
+
     /// Decodes an envelope (no length prefix).
     pub fn decode(bytes: &[u8]) -> Result<Envelope, PeerError> {
         let p = pb::Envelope::decode(bytes).map_err(|e| PeerError::Malformed {
