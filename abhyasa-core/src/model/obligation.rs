@@ -536,6 +536,17 @@ impl ObligationBuilder {
         self.finish(payload, None)
     }
 
+    /// Validates and builds with `payload`, already validated and
+    /// canonical (a [`Payload`] is only made by its checking
+    /// constructors): the payload set on the builder, if any, is ignored
+    /// and the payload is not normalized or canonicalized again; the
+    /// digest is computed. For a decoder that parsed the payload itself
+    /// (issue 14: a protobuf frame's payload used to be parsed, copied
+    /// and canonicalized twice).
+    pub fn build_with_payload(self, payload: Payload) -> Result<Obligation, FieldError> {
+        self.finish(payload, None)
+    }
+
     /// Builds an obligation a store restores: every field but the payload
     /// is validated as [`build`](Self::build) does; the payload is the
     /// canonical text and the digest the one the store wrote when the

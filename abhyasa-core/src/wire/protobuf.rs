@@ -158,14 +158,13 @@ fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
         .id(p.obligation_id.as_str())
         .kind(p.kind.as_str())
         .target(p.target.as_str())
-        .payload(serde_json::Value::Object(payload.as_map().clone()))
         .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
         .max_retries(i64::from(p.max_retries))
         .created_at(Timestamp::from_unix_micros(p.created_at_micros));
     if let Some(s) = p.sequence {
         b = b.sequence(s);
     }
-    let ob = b.build()?;
+    let ob = b.build_with_payload(payload)?;
     if let Some(claimed) = opt_digest("digest", &p.digest)? {
         if claimed != ob.digest() {
             return Err(PeerError::DigestMismatch {
