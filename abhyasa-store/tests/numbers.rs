@@ -6,6 +6,7 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 mod common;
+mod sled_reopen;
 
 use abhyasa_core::custody::{Custodian, Record};
 use abhyasa_core::polarity::PolarityRegistry;
@@ -14,6 +15,7 @@ use abhyasa_core::{Obligation, SafeEffect};
 use abhyasa_store::{RedbStore, Repair, SledStore, StoreOptions};
 use common::*;
 use serde_json::{json, Value};
+use sled_reopen::reopen_sled;
 
 /// The payloads of issue 10 §1: Phala deltas that failed their digest,
 /// floats serde_json used to misread, and integral doubles >= 2^53 whose

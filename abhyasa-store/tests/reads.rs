@@ -6,6 +6,7 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 mod common;
+mod sled_reopen;
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::{ListState, Store, DEFAULT_RETENTION};
 use abhyasa_core::{AckStatus, CustodyAck, DeclinePolicy, DeclineReason, Obligation, Timestamp};
 use common::*;
+use sled_reopen::reopen_sled;
 
 fn at(s: u64) -> Timestamp {
     EPOCH.saturating_add(Duration::from_secs(s))

@@ -4,6 +4,7 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 mod common;
+mod sled_reopen;
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use abhyasa_core::{
 };
 use abhyasa_store::FORMAT_VERSION;
 use common::*;
+use sled_reopen::reopen_sled;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)

@@ -863,24 +863,3 @@ pub fn assert_indexes_match(store: &dyn Store, now: Timestamp, label: &str) {
         "{label}: decisions disagree with the records"
     );
 }
-
-/// Opens the raw sled database at `path` that a store has just let go of.
-/// sled releases its file lock only when its flusher thread has wound
-/// down, a moment after the store is dropped, so an open at once can find
-/// the lock still held (seen about once in twenty runs): retry briefly.
-pub fn reopen_sled(path: &std::path::Path) -> sled::Db {
-    let mut tries = 0;
-    loop {
-        match sled::open(path) {
-            Ok(db) => return db,
-            Err(e) if tries < 300 => {
-                tries += 1;
-                if tries == 1 {
-                    eprintln!("sled at {} is still locked ({e}); retrying", path.display());
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("sled at {} does not reopen: {e}", path.display()),
-        }
-    }
-}
