@@ -178,6 +178,17 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// Commits the first `count` batches, one commit each: a batch's opens
+/// and ledger entries with the previous batch's closes.
+fn commit_all(store: &mut dyn Store, batches: &[Batch], count: usize) {
+    for i in 0..count {
+        let prev: &[Record] = if i == 0 { &[] } else { &batches[i - 1].closes };
+        let _ = store
+            .commit(EPOCH, &[&batches[i].opens_and_ledger, prev])
+            .expect("commit");
+    }
+}
+
 /// Committing `count` batches of `batch` obligations: obligations/s, and
 /// the CPU time (this process, user + system) per obligation in
 /// microseconds. The CPU figure is what the store costs a node whose
@@ -191,12 +202,7 @@ fn throughput(kind: StoreKind, batch: usize, count: usize) -> (f64, f64) {
     let batches = make_batches(0, batch, count + 1);
     let cpu = cpu_secs();
     let start = Instant::now();
-    for i in 0..count {
-        let prev: &[Record] = if i == 0 { &[] } else { &batches[i - 1].closes };
-        let _ = store
-            .commit(EPOCH, &[&batches[i].opens_and_ledger, prev])
-            .expect("commit");
-    }
+    commit_all(store.as_mut(), &batches, count);
     let n = (count * batch) as f64;
     (
         n / start.elapsed().as_secs_f64(),
@@ -258,12 +264,7 @@ fn cpu_only(rounds: usize, count: usize) {
     for _ in 0..rounds {
         let mut store = LogStore::open_on(MemDisk::default(), LogOptions::default()).expect("open");
         let start = Instant::now();
-        for i in 0..count {
-            let prev: &[Record] = if i == 0 { &[] } else { &batches[i - 1].closes };
-            let _ = store
-                .commit(EPOCH, &[&batches[i].opens_and_ledger, prev])
-                .expect("commit");
-        }
+        commit_all(&mut store, &batches, count);
         let us = start.elapsed().as_secs_f64() * 1e6 / n;
         println!("  round: {us:.2} us / obligation");
         best = best.min(us);
