@@ -205,15 +205,28 @@ fn obligation_body_len(ob: &Obligation) -> usize {
         + bytes_len(9, ob.digest().0.len())
 }
 
+/// The encoded size of an obligation envelope from `sender` whose
+/// obligation message is `body` bytes long.
+fn obligation_frame_len(sender: &AgentId, body: usize) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    varint_len(1, u64::from(PROTOCOL_VERSION))
+        + bytes_len(2, sender.as_str().len())
+        // The oneof member is written even when its message is empty.
+        + key_len(10)
+        + encoded_len_varint(body as u64)
+        + body
+}
+
 /// `Envelope { sender, Obligation(ob) }` as prost encodes it (fields in
 /// number order, defaults omitted), written straight from `ob`.
 fn encode_obligation_frame(sender: &AgentId, ob: &Obligation) -> Vec<u8> {
     use prost::encoding::{encode_key, encode_varint, WireType};
-    let mut out = Vec::with_capacity(Envelope::obligation_len(sender, ob));
+    let body = obligation_body_len(ob);
+    let mut out = Vec::with_capacity(obligation_frame_len(sender, body));
     put_varint(&mut out, 1, u64::from(PROTOCOL_VERSION));
     put_bytes(&mut out, 2, sender.as_str().as_bytes());
     encode_key(10, WireType::LengthDelimited, &mut out);
-    encode_varint(obligation_body_len(ob) as u64, &mut out);
+    encode_varint(body as u64, &mut out);
     put_bytes(&mut out, 1, ob.id().as_str().as_bytes());
     put_bytes(&mut out, 2, ob.kind().as_str().as_bytes());
     put_bytes(&mut out, 3, ob.target().as_str().as_bytes());
@@ -318,14 +331,7 @@ impl Envelope {
     /// node sizes every offer against its send queue's budget before it
     /// accepts it (issue 14: that was a second encode per obligation).
     pub fn obligation_len(sender: &AgentId, ob: &Obligation) -> usize {
-        use prost::encoding::{encoded_len_varint, key_len};
-        let body = obligation_body_len(ob);
-        varint_len(1, u64::from(PROTOCOL_VERSION))
-            + bytes_len(2, sender.as_str().len())
-            // The oneof member is written even when its message is empty.
-            + key_len(10)
-            + encoded_len_varint(body as u64)
-            + body
+        obligation_frame_len(sender, obligation_body_len(ob))
     }
 
     /// Decodes an envelope (no length prefix).
