@@ -40,16 +40,6 @@ pub(crate) fn weight_delta(ob: &Obligation) -> Result<f64, FieldError> {
     }
 }
 
-/// Appends the routing key name of a Phala obligation, as parts, to
-/// `out`: `weight_key`, or `routing.<target>.preference` without one.
-fn weight_key_name<'a>(ob: &'a Obligation, out: &mut Vec<&'a str>) -> Result<(), FieldError> {
-    match payload_str(ob, "weight_key")? {
-        Some(k) => out.push(k),
-        None => out.extend(["routing.", ob.target().as_str(), ".preference"]),
-    }
-    Ok(())
-}
-
 impl PolarityRule for PhalaRule {
     fn kind(&self) -> &str {
         PHALA_KIND
@@ -57,10 +47,16 @@ impl PolarityRule for PhalaRule {
 
     fn classify(&self, ob: &Obligation) -> Result<Classification, FieldError> {
         let delta = weight_delta(ob)?;
-        let mut name = Vec::with_capacity(4);
-        name.push("weight:");
-        weight_key_name(ob, &mut name)?;
-        let key = key(PHALA_KIND, ob.target(), &name)?;
+        // The routing key is `weight_key`, or `routing.<target>.preference`
+        // without one.
+        let key = match payload_str(ob, "weight_key")? {
+            Some(k) => key(PHALA_KIND, ob.target(), &["weight:", k])?,
+            None => key(
+                PHALA_KIND,
+                ob.target(),
+                &["weight:", "routing.", ob.target().as_str(), ".preference"],
+            )?,
+        };
         Ok(if delta < 0.0 {
             Classification {
                 admission: Admission::Custody {
