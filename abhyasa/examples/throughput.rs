@@ -72,6 +72,12 @@ struct Figures {
     custody_per_s: f64,
     best_effort_per_s: f64,
     custody_overhead: f64,
+    /// CPU time of the whole process (both nodes, QUIC, the callers)
+    /// during the custody run, per obligation, µs: steadier than the rate
+    /// on a shared machine (Linux; NaN elsewhere).
+    custody_cpu_us: f64,
+    /// The same for the best-effort run.
+    best_effort_cpu_us: f64,
     best_effort_applied: u64,
     latency_rate: u64,
     latency_offered: usize,
@@ -160,6 +166,10 @@ fn print(f: &Figures) {
         f.best_effort_per_s, f.best_effort_applied, f.count
     );
     println!("  custody overhead  {:>10.2}x", f.custody_overhead);
+    println!(
+        "  CPU per obligation (whole process): custody {:.1} µs, best-effort {:.1} µs",
+        f.custody_cpu_us, f.best_effort_cpu_us
+    );
     println!(
         "  latency at {}/s offered ({} offers, {:.0}/s achieved): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         f.latency_rate, f.latency_offered, f.latency_achieved_per_s, f.p50_ms, f.p99_ms, f.max_ms
@@ -319,7 +329,7 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     // Custody saturation.
     let p = Arc::new(pair(&kind).await?);
     let base = p.alice.metrics().await?.applied;
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), cpu_secs());
     offer_all(&p, "cu", n, args.concurrency, -0.1).await?;
     let target = base + n as u64;
     wait_until("custody applications", async || {
@@ -327,6 +337,7 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     })
     .await?;
     let custody_s = t0.elapsed().as_secs_f64();
+    let custody_cpu_us = (cpu_secs() - cpu0) * 1e6 / n as f64;
     let m = p.alice.metrics().await?;
     let b = p.bob.metrics().await?;
     let frames_unsent_alice = m.frames_unsent;
@@ -336,20 +347,24 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     // Best-effort saturation, on a fresh pair.
     let p = Arc::new(pair(&kind).await?);
     let base = p.bob.metrics().await?.receiver_applied;
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), cpu_secs());
     offer_all(&p, "be", n, args.concurrency, 0.1).await?;
     let target = base + n as u64;
     // Best-effort is fire-and-forget: stop waiting once bob stops moving.
     let mut last = (0, Instant::now());
+    let mut cpu_at_last = cpu0;
     wait_until("best-effort applications", async || {
         let got = p.bob.metrics().await?.receiver_applied;
         if got != last.0 {
             last = (got, Instant::now());
+            cpu_at_last = cpu_secs();
         }
         Ok(got >= target || last.1.elapsed() > Duration::from_secs(5))
     })
     .await?;
     let be_applied = p.bob.metrics().await?.receiver_applied - base;
+    // Up to the last application, not the 5 s of quiet that confirmed it.
+    let be_cpu_us = (cpu_at_last - cpu0) * 1e6 / be_applied.max(1) as f64;
     let be_s = last.1.duration_since(t0).as_secs_f64().max(1e-9);
     shutdown(p).await?;
 
@@ -418,6 +433,8 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
         custody_per_s: n as f64 / custody_s,
         best_effort_per_s: be_applied as f64 / be_s,
         custody_overhead: (be_applied as f64 / be_s) / (n as f64 / custody_s),
+        custody_cpu_us,
+        best_effort_cpu_us: be_cpu_us,
         best_effort_applied: be_applied,
         latency_rate: args.rate,
         latency_offered: total,
@@ -442,4 +459,18 @@ async fn shutdown(p: Arc<Pair>) -> Result<(), BoxError> {
     p.alice.shutdown().await?;
     p.bob.shutdown().await?;
     Ok(())
+}
+
+/// CPU time (user + system) of this process so far, in seconds, from
+/// `/proc/self/stat` (10 ms ticks); NaN where there is none.
+fn cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks as f64 / 100.0)
+        })
+        .unwrap_or(f64::NAN)
 }
