@@ -39,6 +39,44 @@ use abhyasa_core::{AckStatus, AgentId, CustodyAck, Obligation, RetryBackoff, Tim
 use abhyasa_store::{LogDisk, LogOptions, LogStore, StoreKind, StoreOptions};
 use serde_json::json;
 
+/// Counts the bytes the program holds on the heap, so the recovery child
+/// can tell what the restored custodian holds from what the allocator
+/// keeps of what the load freed (the resident-set figure has both).
+struct Counting;
+
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// `unsafe` because a global allocator is an unsafe trait; this bench
+// needs one to count the heap a recovery holds.
+// SAFETY: every call forwards to the system allocator with the caller's
+// own layout and pointer; the counter is the only addition.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout, passed on unchanged.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        HELD.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+        HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `ptr` came from this allocator with `layout`.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn held_bytes() -> usize {
+    HELD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 const EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
 
 fn obligation(i: u64) -> Obligation {
@@ -282,6 +320,8 @@ struct Scale {
     load_secs: f64,
     recover_cpu: f64,
     rss_per_pending: f64,
+    held_per_pending: f64,
+    custodian_per_pending: f64,
 }
 
 fn scale(kind: StoreKind, pending: u64) -> Scale {
@@ -320,6 +360,8 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
             load_secs: f64::NAN,
             recover_cpu: f64::NAN,
             rss_per_pending: f64::NAN,
+            held_per_pending: f64::NAN,
+            custodian_per_pending: f64::NAN,
         };
     }
     let out = Command::new(std::env::current_exe().expect("exe"))
@@ -344,12 +386,15 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
         load_secs: field("load_secs="),
         recover_cpu: field("recover_cpu="),
         rss_per_pending: field("rss_delta=") / pending as f64,
+        held_per_pending: field("held=") / pending as f64,
+        custodian_per_pending: field("held_custodian=") / pending as f64,
     }
 }
 
 fn recover_child(kind: &str, path: &str, pending: u64) {
     let kind: StoreKind = kind.parse().expect("kind");
     let before = rss_bytes();
+    let held_before = held_bytes();
     let cpu = cpu_secs();
     let t = Instant::now();
     let store = kind.open(path, &StoreOptions::default()).expect("open");
@@ -363,8 +408,11 @@ fn recover_child(kind: &str, path: &str, pending: u64) {
     assert_eq!(c.pending_len() as u64, pending, "recovered pending count");
     drop(state.receiver);
     let after = rss_bytes();
+    let held = held_bytes().saturating_sub(held_before);
+    drop(store);
+    let held_custodian = held_bytes().saturating_sub(held_before);
     println!(
-        "recover_secs={secs} recover_cpu={cpu} load_secs={loaded} rss_delta={}",
+        "recover_secs={secs} recover_cpu={cpu} load_secs={loaded} rss_delta={} held={held} held_custodian={held_custodian}",
         after.saturating_sub(before)
     );
     drop(c);
@@ -448,6 +496,8 @@ fn main() {
     row("write time, s", |x| x.write_secs, 1);
     row("disk bytes / pending", |x| x.disk_per_pending, 0);
     row("memory bytes / pending", |x| x.rss_per_pending, 0);
+    row("  heap held / pending", |x| x.held_per_pending, 0);
+    row("  of it the custodian's", |x| x.custodian_per_pending, 0);
     row("reopen + recover, s", |x| x.recover_secs, 2);
     row("  of which open + load, s", |x| x.load_secs, 2);
     row("  CPU time of recovery, s", |x| x.recover_cpu, 2);

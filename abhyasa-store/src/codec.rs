@@ -10,6 +10,8 @@
 //! Every decode failure is a [`StoreError::Corrupt`] naming the table and
 //! key; nothing read from disk can panic.
 
+use std::collections::HashMap;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +25,64 @@ use abhyasa_core::{
     AgentId, DeclineReason, Digest, GovernedKey, Kind, Obligation, ObligationBuilder, ObligationId,
     SafeAction, SafeEffect, Sequence, Timestamp,
 };
+
+/// Most distinct values of each identifier a load shares (see
+/// [`Shared`]); past it, each further row keeps its own copy.
+const SHARED_MAX: usize = 4096;
+
+/// The identifiers a load has read so far, so the rows that repeat one
+/// share a single copy: a million pending obligations of a few kinds, to
+/// a few targets, hold a few copies of each, not a million (issue 14's
+/// memory per pending obligation). Bounded by [`SHARED_MAX`] per field.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// Off for a single row's decode: nothing to share it with.
+    on: bool,
+    kinds: HashMap<Box<str>, Kind>,
+    targets: HashMap<Box<str>, AgentId>,
+    keys: HashMap<Box<str>, GovernedKey>,
+}
+
+impl Shared {
+    /// Shares identifiers across the rows of one load.
+    pub(crate) fn new() -> Self {
+        Self {
+            on: true,
+            ..Self::default()
+        }
+    }
+
+    /// Shares nothing (one row read alone).
+    pub(crate) fn none() -> Self {
+        Self::default()
+    }
+}
+
+/// `s` as a `T`, validated, shared with the rows before it that held it
+/// (when `on`).
+fn shared<T>(
+    on: bool,
+    seen: &mut HashMap<Box<str>, T>,
+    table: &'static str,
+    key: &[u8],
+    s: &str,
+) -> Result<T, StoreError>
+where
+    T: std::str::FromStr + Clone,
+    T::Err: ToString,
+{
+    if !on {
+        return id(table, key, s.as_bytes());
+    }
+    if let Some(v) = seen.get(s) {
+        return Ok(v.clone());
+    }
+    let v: T = id(table, key, s.as_bytes())?;
+    if seen.len() < SHARED_MAX {
+        seen.insert(s.into(), v.clone());
+    }
+    Ok(v)
+}
 
 /// A printable form of a key for error messages.
 pub(crate) fn show_key(key: &[u8]) -> String {
@@ -222,11 +282,12 @@ impl<'a> ObligationRow<'a> {
         digest: [u8; 32],
         table: &'static str,
         key: &[u8],
+        seen: &mut Shared,
     ) -> Result<Obligation, StoreError> {
         let b = Obligation::builder()
-            .id(self.id)
-            .kind(self.kind)
-            .target(self.target);
+            .with_id(id(table, key, self.id.as_bytes())?)
+            .with_kind(shared(seen.on, &mut seen.kinds, table, key, self.kind)?)
+            .with_target(shared(seen.on, &mut seen.targets, table, key, self.target)?);
         self.scalars(b, table, key)?
             .build_stored(self.payload.to_owned(), Digest(digest))
             .map_err(|e| corrupt(table, key, e))
@@ -285,6 +346,7 @@ impl<'a> SafeRow<'a> {
         ob: &Obligation,
         table: &'static str,
         key: &[u8],
+        seen: &mut Shared,
     ) -> Result<SafeAction, StoreError> {
         Ok(SafeAction {
             obligation_id: match self.obligation_id {
@@ -299,9 +361,9 @@ impl<'a> SafeRow<'a> {
                 SafeEffectRow::FailClosed => SafeEffect::FailClosed,
                 SafeEffectRow::DownWeight(magnitude) => SafeEffect::DownWeight { magnitude },
             },
-            key: id::<GovernedKey>(table, key, self.key.as_bytes())?,
+            key: shared(seen.on, &mut seen.keys, table, key, self.key)?,
             sequence: self.sequence.map(Sequence),
-            rationale: SafeAction::rationale_text(self.rationale.to_owned()),
+            rationale: SafeAction::rationale_of(self.rationale),
         })
     }
 }
@@ -351,7 +413,7 @@ impl<'a> PendingRow<'a> {
         key: &[u8],
     ) -> Result<PendingRecord, StoreError> {
         let obligation = self.obligation.build(table, key)?;
-        self.finish(obligation, table, key)
+        self.finish(obligation, table, key, &mut Shared::none())
     }
 
     /// Encodes the row with its checksum: postcard, then the CRC-32 of
@@ -400,12 +462,23 @@ impl<'a> PendingRow<'a> {
         key: &[u8],
         b: &'a [u8],
     ) -> Result<PendingRecord, StoreError> {
+        Self::load_shared(table, key, b, &mut Shared::none())
+    }
+
+    /// [`PendingRow::load`], sharing identifiers with the rows `seen`
+    /// before it (a whole load).
+    pub(crate) fn load_shared(
+        table: &'static str,
+        key: &[u8],
+        b: &'a [u8],
+        seen: &mut Shared,
+    ) -> Result<PendingRecord, StoreError> {
         let (row, checked) = Self::decode(table, key, b)?;
         if !checked {
             return row.build(table, key);
         }
-        let obligation = row.obligation.build_stored(row.digest, table, key)?;
-        row.finish(obligation, table, key)
+        let obligation = row.obligation.build_stored(row.digest, table, key, seen)?;
+        row.finish(obligation, table, key, seen)
     }
 
     /// The record this row reads back as, given the obligation it was
@@ -417,7 +490,7 @@ impl<'a> PendingRow<'a> {
         key: &[u8],
     ) -> Result<PendingRecord, StoreError> {
         let obligation = self.obligation.read_back(ob, table, key)?;
-        self.finish(obligation, table, key)
+        self.finish(obligation, table, key, &mut Shared::none())
     }
 
     fn finish(
@@ -425,6 +498,7 @@ impl<'a> PendingRow<'a> {
         obligation: Obligation,
         table: &'static str,
         key: &[u8],
+        seen: &mut Shared,
     ) -> Result<PendingRecord, StoreError> {
         if obligation.digest().0 != self.digest {
             return Err(corrupt(
@@ -440,7 +514,7 @@ impl<'a> PendingRow<'a> {
                 "key does not match the stored obligation id",
             ));
         }
-        let safe = self.safe.build(&obligation, table, key)?;
+        let safe = self.safe.build(&obligation, table, key, seen)?;
         Ok(PendingRecord {
             obligation,
             safe,
@@ -700,6 +774,35 @@ mod tests {
             deferred: true,
             offered_at: Timestamp::from_unix_seconds(1_780_000_001),
         }
+    }
+
+    // Issue 14 (memory per pending): the rows of one load share one copy
+    // of each kind, target and governed key; a row read alone shares
+    // nothing; either way every row reads back exactly as written.
+    #[test]
+    fn a_load_shares_identifiers_across_its_rows() {
+        let (a, b) = (ob("a", -0.5, Some(3)), ob("b", -0.25, None));
+        let (pa, pb) = (pending(&a), pending(&b));
+        let ra = PendingRow::of(&pa).encode("t", b"a").unwrap();
+        let rb = PendingRow::of(&pb).encode("t", b"b").unwrap();
+        let same = |x: &PendingRecord, y: &PendingRecord| {
+            (
+                std::ptr::eq(x.obligation.kind().as_str(), y.obligation.kind().as_str()),
+                std::ptr::eq(x.obligation.target().as_str(), y.obligation.target().as_str()),
+                std::ptr::eq(x.safe.key.as_str(), y.safe.key.as_str()),
+            )
+        };
+        let mut seen = Shared::new();
+        let la = PendingRow::load_shared("t", b"a", &ra, &mut seen).unwrap();
+        let lb = PendingRow::load_shared("t", b"b", &rb, &mut seen).unwrap();
+        assert_eq!((la.clone(), lb.clone()), (pa.clone(), pb.clone()));
+        assert_eq!(same(&la, &lb), (true, true, true));
+        let (la, lb) = (
+            PendingRow::load("t", b"a", &ra).unwrap(),
+            PendingRow::load("t", b"b", &rb).unwrap(),
+        );
+        assert_eq!((la.clone(), lb.clone()), (pa, pb));
+        assert_eq!(same(&la, &lb), (false, false, false));
     }
 
     // Issue 14: a checksummed pending row loads without re-validating its

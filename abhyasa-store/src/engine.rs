@@ -16,7 +16,7 @@ use abhyasa_core::{AgentId, Digest, Escalation, GovernedKey, ObligationId, Seque
 
 use crate::codec::{
     corrupt, from_bytes, from_json, id, pair_key, parse_u64_key, split_pair_key, to_bytes, to_json,
-    u64_key, unwritable, EffectRow, LedgerRow, PendingRow, TerminalRow,
+    u64_key, unwritable, EffectRow, LedgerRow, PendingRow, Shared, TerminalRow,
 };
 
 /// The trees (sled) or tables (redb) of a node's database.
@@ -581,10 +581,10 @@ enum Row {
 
 /// Decodes one row of a data table, validating it fully (the same checks
 /// `load` relies on), or says why it is corrupt.
-fn decode_row(t: Table, k: &[u8], b: &[u8]) -> Result<Row, StoreError> {
+fn decode_row(t: Table, k: &[u8], b: &[u8], seen: &mut Shared) -> Result<Row, StoreError> {
     let name = t.name();
     Ok(match t {
-        Table::Pending => Row::Pending(PendingRow::load(name, k, b)?),
+        Table::Pending => Row::Pending(PendingRow::load_shared(name, k, b, seen)?),
         Table::Terminal => Row::Terminal(from_bytes::<TerminalRow>(name, k, b)?.build(name, k)?),
         Table::Principal => Row::Principal(read_principal(k, b)?),
         Table::Escalations => Row::Escalation(from_json::<Escalation>(name, k, b)?),
@@ -625,13 +625,14 @@ fn decode_row(t: Table, k: &[u8], b: &[u8]) -> Result<Row, StoreError> {
 pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
     let mut c = CustodianSnapshot::default();
     let mut r = ReceiverSnapshot::default();
+    let mut seen = Shared::new();
     for t in Table::DATA {
         if t == Table::Events {
             // The log is read by `events`, not folded into the state.
             continue;
         }
         v.scan(t, &[], &mut |k, b| {
-            match decode_row(t, k, b)? {
+            match decode_row(t, k, b, &mut seen)? {
                 Row::Pending(p) => {
                     c.pending.insert(p.obligation.id().clone(), p);
                 }
@@ -702,7 +703,7 @@ pub(crate) fn check(v: &dyn View) -> Result<Vec<CorruptRow>, StoreError> {
     let mut bad = Vec::new();
     for t in Table::DATA {
         v.scan(t, &[], &mut |k, b| {
-            match decode_row(t, k, b) {
+            match decode_row(t, k, b, &mut Shared::none()) {
                 Ok(_) => {}
                 Err(StoreError::Corrupt { table, key, detail }) => bad.push(CorruptRow {
                     table,

@@ -35,8 +35,10 @@ const MAX_PAYLOAD_DEPTH: usize = 32;
 /// for them (issue 14).
 #[derive(Clone)]
 pub struct Payload {
-    map: OnceLock<Map<String, Value>>,
-    canonical: String,
+    // Boxed, both: a restored payload holds 32 bytes beside its text, not
+    // 56 (issue 14's memory per pending obligation).
+    map: OnceLock<Box<Map<String, Value>>>,
+    canonical: Box<str>,
 }
 
 /// Normalizes every field of a payload as [`Payload::new`] accepts it
@@ -71,8 +73,8 @@ impl Payload {
             return Err(too_long());
         }
         Ok(Self {
-            map: OnceLock::from(map),
-            canonical,
+            map: OnceLock::from(Box::new(map)),
+            canonical: canonical.into_boxed_str(),
         })
     }
 
@@ -87,7 +89,7 @@ impl Payload {
         }
         Ok(Self {
             map: OnceLock::new(),
-            canonical,
+            canonical: canonical.into_boxed_str(),
         })
     }
 
@@ -111,8 +113,8 @@ impl Payload {
     /// An empty payload.
     pub fn empty() -> Self {
         Self {
-            map: OnceLock::from(Map::new()),
-            canonical: "{}".to_string(),
+            map: OnceLock::from(Box::default()),
+            canonical: "{}".into(),
         }
     }
 
@@ -126,10 +128,10 @@ impl Payload {
             // else is not a payload at all.
             match serde_json::from_str(&self.canonical) {
                 Ok(Value::Object(mut m)) => match normalize_fields(&mut m) {
-                    Ok(()) => m,
-                    Err(_) => Map::new(),
+                    Ok(()) => Box::new(m),
+                    Err(_) => Box::default(),
                 },
-                _ => Map::new(),
+                _ => Box::default(),
             }
         })
     }
@@ -468,9 +470,9 @@ impl fmt::Debug for Obligation {
 /// bad one in the error.
 #[derive(Debug, Default, Clone)]
 pub struct ObligationBuilder {
-    obligation_id: Option<String>,
-    kind: Option<String>,
-    target: Option<String>,
+    obligation_id: Option<Part<ObligationId>>,
+    kind: Option<Part<Kind>>,
+    target: Option<Part<AgentId>>,
     payload: Option<Value>,
     deadline_seconds: Option<i128>,
     max_retries: Option<i128>,
@@ -478,20 +480,57 @@ pub struct ObligationBuilder {
     sequence: Option<i128>,
 }
 
+/// An identifier set on a builder: text still to be validated, or one
+/// already valid (shared, not copied, into the obligation).
+#[derive(Debug, Clone)]
+enum Part<T> {
+    Text(String),
+    Valid(T),
+}
+
+/// The identifier `part` sets, validated under `field` if it is text.
+fn part<T: Clone>(
+    field: &'static str,
+    part: Option<Part<T>>,
+    parse: fn(&str, &str) -> Result<T, FieldError>,
+) -> Result<T, FieldError> {
+    match part.ok_or_else(|| FieldError::missing(field))? {
+        Part::Text(s) => parse(field, &s),
+        Part::Valid(v) => Ok(v),
+    }
+}
+
 impl ObligationBuilder {
     /// Sets `obligation_id`.
     pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.obligation_id = Some(id.into());
+        self.obligation_id = Some(Part::Text(id.into()));
         self
     }
     /// Sets `kind`.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
+        self.kind = Some(Part::Text(kind.into()));
         self
     }
     /// Sets `target`.
     pub fn target(mut self, target: impl Into<String>) -> Self {
-        self.target = Some(target.into());
+        self.target = Some(Part::Text(target.into()));
+        self
+    }
+    /// Sets `obligation_id` to an identifier already valid: shared, not
+    /// copied (a store restoring a million obligations, say).
+    pub fn with_id(mut self, id: ObligationId) -> Self {
+        self.obligation_id = Some(Part::Valid(id));
+        self
+    }
+    /// Sets `kind` to one already valid (shared, not copied): a store
+    /// restoring many obligations of one kind holds the text once.
+    pub fn with_kind(mut self, kind: Kind) -> Self {
+        self.kind = Some(Part::Valid(kind));
+        self
+    }
+    /// Sets `target` to one already valid (shared, not copied).
+    pub fn with_target(mut self, target: AgentId) -> Self {
+        self.target = Some(Part::Valid(target));
         self
     }
     /// Sets the payload from a JSON value (must be an object).
@@ -564,24 +603,13 @@ impl ObligationBuilder {
     }
 
     fn finish(self, payload: Payload, digest: Option<Digest>) -> Result<Obligation, FieldError> {
-        let obligation_id = ObligationId::parse_field(
+        let obligation_id = part(
             "obligation_id",
-            self.obligation_id
-                .as_deref()
-                .ok_or_else(|| FieldError::missing("obligation_id"))?,
+            self.obligation_id,
+            ObligationId::parse_field,
         )?;
-        let kind = Kind::parse_field(
-            "kind",
-            self.kind
-                .as_deref()
-                .ok_or_else(|| FieldError::missing("kind"))?,
-        )?;
-        let target = AgentId::parse_field(
-            "target",
-            self.target
-                .as_deref()
-                .ok_or_else(|| FieldError::missing("target"))?,
-        )?;
+        let kind = part("kind", self.kind, Kind::parse_field)?;
+        let target = part("target", self.target, AgentId::parse_field)?;
         let deadline_seconds = check_range(
             "deadline_seconds",
             self.deadline_seconds

@@ -46,13 +46,26 @@ impl SafeAction {
     /// standard rules' texts is shared (a pending transfer then holds no
     /// copy of it), any other text is kept as given.
     pub fn rationale_text(text: String) -> Cow<'static, str> {
-        match crate::polarity::STANDARD_RATIONALES
-            .iter()
-            .find(|r| **r == text)
-        {
+        match Self::standard_rationale(&text) {
             Some(r) => Cow::Borrowed(r),
             None => Cow::Owned(text),
         }
+    }
+
+    /// [`SafeAction::rationale_text`] of borrowed text: copied only when
+    /// it is not one of the standard texts.
+    pub fn rationale_of(text: &str) -> Cow<'static, str> {
+        match Self::standard_rationale(text) {
+            Some(r) => Cow::Borrowed(r),
+            None => Cow::Owned(text.to_owned()),
+        }
+    }
+
+    fn standard_rationale(text: &str) -> Option<&'static str> {
+        crate::polarity::STANDARD_RATIONALES
+            .iter()
+            .find(|r| **r == text)
+            .copied()
     }
 }
 

@@ -76,7 +76,9 @@ pub struct Custodian {
     config: CustodianConfig,
     registry: PolarityRegistry,
     principal: PrincipalState,
-    pending: HashMap<ObligationId, Pending>,
+    // Boxed: a table slot is 2× its entry at most fills, and an entry
+    // inline is ~170 bytes; boxed, each slot is 24.
+    pending: HashMap<ObligationId, Box<Pending>>,
     timers: BTreeSet<(Timestamp, ObligationId)>,
     terminal: HashMap<ObligationId, TerminalSummary>,
     outbox: Outbox<Transmit, CustodianEvent>,
@@ -151,7 +153,7 @@ impl Custodian {
             timers.push((due, id.clone()));
             c.pending.insert(
                 id,
-                Pending {
+                Box::new(Pending {
                     obligation: p.obligation,
                     safe: p.safe,
                     attempts: p.attempts,
@@ -160,7 +162,7 @@ impl Custodian {
                     deadline_at,
                     deferred: p.deferred,
                     offered_at: p.offered_at,
-                },
+                }),
             );
         }
         c.timers = timers.into_iter().collect();
@@ -298,7 +300,7 @@ impl Custodian {
     fn take_pending(&mut self, id: &ObligationId) -> Option<Pending> {
         let p = self.pending.remove(id)?;
         self.timers.remove(&(p.due, id.clone()));
-        Some(p)
+        Some(*p)
     }
 
     fn escalate(

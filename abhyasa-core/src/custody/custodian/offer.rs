@@ -89,7 +89,7 @@ impl Custodian {
                 principal,
             });
             self.timers.insert((due, id.clone()));
-            self.pending.insert(id.clone(), pending);
+            self.pending.insert(id.clone(), Box::new(pending));
             self.stats.opened += 1;
             self.stats.attempts_sent += 1;
             self.outbox.event(CustodianEvent::Opened {
