@@ -6,6 +6,7 @@
 use super::super::applier::ApplyDecision;
 use super::super::record::{EffectWrite, LedgerOutcome, LedgerRecord, Record};
 use super::super::transmit::Transmit;
+use super::request::Decider;
 use super::{CompleteError, Entry, LedgerKey, Received, Receiver, ReceiverEvent, LEASE_SUFFIX};
 use crate::model::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, GovernedKey, Obligation, ObligationId,
@@ -290,7 +291,7 @@ impl Receiver {
         {
             self.take_waiting(t);
         }
-        Ok(self.evaluate(now, custodian, ob, true, Some(decision)))
+        Ok(self.evaluate(now, custodian, ob, true, Decider::Given(decision)))
     }
 
     /// Answers a status query from `from` with what the ledger knows.

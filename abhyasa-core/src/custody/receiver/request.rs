@@ -14,6 +14,16 @@ use super::{CompleteError, LedgerKey, Received, Receiver, ReceiverEvent, Waiting
 use crate::model::{AckStatus, AgentId, DeclineReason, GovernedKey, Obligation, Timestamp};
 use crate::wire::{ErrorCode, Message, ProtocolError};
 
+/// Who decides an obligation the rules leave to the agent.
+pub(super) enum Decider<'a> {
+    /// A request to the agent, answered later through `decide`.
+    Ask,
+    /// The decision the caller brings (a deferred obligation completed).
+    Given(ApplyDecision),
+    /// A synchronous applier, asked now.
+    Now(&'a mut dyn Applier),
+}
+
 impl Receiver {
     /// Handles an obligation from the authenticated custodian `from` and,
     /// if it needs a decision, asks the synchronous `applier` at once: the
@@ -26,29 +36,12 @@ impl Receiver {
         ob: Obligation,
         applier: &mut dyn Applier,
     ) -> Received {
-        let got = self.receive(now, from, ob);
-        let Received::AwaitingDecision(ticket) = got else {
-            return got;
-        };
-        let Some(pos) = self.requests.iter().rposition(|r| r.ticket == ticket) else {
-            // A redelivery of a request handed out before and not yet
-            // decided: its decision will answer this delivery too.
-            return got;
-        };
-        let Some(req) = self.requests.remove(pos) else {
-            return got;
-        };
-        let decision = {
-            let ctx = ApplyContext {
-                now,
-                custodian: from,
-                key: req.key.as_ref(),
-                effects: &self.effects,
-                previously_deferred: req.previously_deferred,
-            };
-            applier.decide(&ctx, &req.obligation)
-        };
-        self.decide(now, ticket, decision).unwrap_or(got)
+        // Asked and answered in one step: the same checks `decide` would
+        // make at this instant (deadline, supersession, a key value that
+        // cannot have changed) hold, so no request is queued, ticketed or
+        // timed only to be taken back at once (issue 14: the receiver's
+        // hot path).
+        self.receive_with(now, from, ob, Decider::Now(applier))
     }
 
     /// Handles an obligation from the authenticated custodian `from`. What
@@ -58,6 +51,16 @@ impl Receiver {
     /// [`Received::AwaitingDecision`] returned. A redelivery while the
     /// request is outstanding asks nothing again (AB-3).
     pub fn receive(&mut self, now: Timestamp, from: &AgentId, ob: Obligation) -> Received {
+        self.receive_with(now, from, ob, Decider::Ask)
+    }
+
+    fn receive_with(
+        &mut self,
+        now: Timestamp,
+        from: &AgentId,
+        ob: Obligation,
+        decider: Decider<'_>,
+    ) -> Received {
         let id = ob.id().clone();
         if ob.target() != &self.config.agent {
             let err = ProtocolError {
@@ -168,7 +171,7 @@ impl Receiver {
                 return Received::Rejected(err);
             }
         }
-        self.evaluate(now, from, ob, previously_deferred, None)
+        self.evaluate(now, from, ob, previously_deferred, decider)
     }
 
     /// C-ND-5: why `ob` from an authenticated peer is refused before it
@@ -193,15 +196,16 @@ impl Receiver {
         None
     }
 
-    /// The rules that decide alone, then the decision: `decision` if the
-    /// caller brings one, else a request to the agent.
+    /// The rules that decide alone, then the decision: as `decider` says,
+    /// brought by the caller, asked of a synchronous applier now, or a
+    /// request to the agent.
     pub(super) fn evaluate(
         &mut self,
         now: Timestamp,
         from: &AgentId,
         ob: Obligation,
         previously_deferred: bool,
-        decision: Option<ApplyDecision>,
+        decider: Decider<'_>,
     ) -> Received {
         // Deadlines bind both sides: never apply at or past the deadline
         // (minus the skew margin), even after an earlier deferral.
@@ -234,26 +238,39 @@ impl Receiver {
         if let Some(detail) = self.superseded(guarded_key.as_ref(), &ob) {
             return self.record_decline(now, from, &ob, DeclineReason::Superseded, Some(detail));
         }
-        let Some(decision) = decision else {
-            if self.waiting.len() >= self.config.max_outstanding_requests {
-                // C-ND-5: nothing kept; the custodian retries on schedule.
-                let err = ProtocolError {
-                    code: ErrorCode::Overloaded,
-                    obligation_id: Some(ob.id().clone()),
-                    digest: Some(ob.digest()),
-                    message: format!(
-                        "{} apply requests outstanding (at most {}); retry later",
-                        self.waiting.len(),
-                        self.config.max_outstanding_requests
-                    ),
+        let decision = match decider {
+            Decider::Given(d) => d,
+            Decider::Now(applier) => {
+                let ctx = ApplyContext {
+                    now,
+                    custodian: from,
+                    key: class.key.as_ref(),
+                    effects: &self.effects,
+                    previously_deferred,
                 };
-                self.outbox.transmit(Transmit {
-                    to: from.clone(),
-                    message: Message::Error(err.clone()),
-                });
-                return Received::Rejected(err);
+                applier.decide(&ctx, &ob)
             }
-            return self.ask(now, from, ob, previously_deferred, class.key, guarded_key);
+            Decider::Ask => {
+                if self.waiting.len() >= self.config.max_outstanding_requests {
+                    // C-ND-5: nothing kept; the custodian retries on schedule.
+                    let err = ProtocolError {
+                        code: ErrorCode::Overloaded,
+                        obligation_id: Some(ob.id().clone()),
+                        digest: Some(ob.digest()),
+                        message: format!(
+                            "{} apply requests outstanding (at most {}); retry later",
+                            self.waiting.len(),
+                            self.config.max_outstanding_requests
+                        ),
+                    };
+                    self.outbox.transmit(Transmit {
+                        to: from.clone(),
+                        message: Message::Error(err.clone()),
+                    });
+                    return Received::Rejected(err);
+                }
+                return self.ask(now, from, ob, previously_deferred, class.key, guarded_key);
+            }
         };
         let key_sequence = guarded_key.zip(ob.sequence());
         self.record_decision(now, from, &ob, decision, key_sequence)
