@@ -788,7 +788,10 @@ mod tests {
         let same = |x: &PendingRecord, y: &PendingRecord| {
             (
                 std::ptr::eq(x.obligation.kind().as_str(), y.obligation.kind().as_str()),
-                std::ptr::eq(x.obligation.target().as_str(), y.obligation.target().as_str()),
+                std::ptr::eq(
+                    x.obligation.target().as_str(),
+                    y.obligation.target().as_str(),
+                ),
                 std::ptr::eq(x.safe.key.as_str(), y.safe.key.as_str()),
             )
         };
