@@ -86,6 +86,12 @@ fn round_trips(o: &Obligation) -> Result<(), TestCaseError> {
         env.encode().len(),
         "the counted frame size differs from the encoded one"
     );
+    let (framed, len) = env.encode_length_delimited();
+    let mut prefixed = Vec::new();
+    prost::encoding::encode_varint(env.encode().len() as u64, &mut prefixed);
+    prefixed.extend_from_slice(&env.encode());
+    prop_assert_eq!(len, env.encode().len());
+    prop_assert_eq!(framed, prefixed, "the length-delimited frame differs");
     let decoded = Envelope::decode(&env.encode())
         .map_err(|e| TestCaseError::fail(format!("protobuf round trip of {o:?} failed: {e}")))?;
     prop_assert_eq!(&decoded, &env, "protobuf round trip changed the envelope");

@@ -220,26 +220,32 @@ fn obligation_frame_len(sender: &AgentId, body: usize) -> usize {
 /// `Envelope { sender, Obligation(ob) }` as prost encodes it (fields in
 /// number order, defaults omitted), written straight from `ob`.
 fn encode_obligation_frame(sender: &AgentId, ob: &Obligation) -> Vec<u8> {
-    use prost::encoding::{encode_key, encode_varint, WireType};
     let body = obligation_body_len(ob);
     let mut out = Vec::with_capacity(obligation_frame_len(sender, body));
-    put_varint(&mut out, 1, u64::from(PROTOCOL_VERSION));
-    put_bytes(&mut out, 2, sender.as_str().as_bytes());
-    encode_key(10, WireType::LengthDelimited, &mut out);
-    encode_varint(body as u64, &mut out);
-    put_bytes(&mut out, 1, ob.id().as_str().as_bytes());
-    put_bytes(&mut out, 2, ob.kind().as_str().as_bytes());
-    put_bytes(&mut out, 3, ob.target().as_str().as_bytes());
-    put_bytes(&mut out, 4, ob.payload().canonical_json().as_bytes());
-    put_varint(&mut out, 5, ob.deadline_seconds());
-    put_varint(&mut out, 6, u64::from(ob.max_retries()));
-    put_varint(&mut out, 7, ob.created_at().unix_micros() as u64);
-    if let Some(seq) = ob.sequence() {
-        encode_key(8, WireType::Varint, &mut out);
-        encode_varint(seq.0, &mut out);
-    }
-    put_bytes(&mut out, 9, &ob.digest().0);
+    write_obligation_frame(&mut out, sender, ob, body);
     out
+}
+
+/// Appends the frame of [`encode_obligation_frame`] to `out`; `body` is
+/// [`obligation_body_len`] of `ob`.
+fn write_obligation_frame(out: &mut Vec<u8>, sender: &AgentId, ob: &Obligation, body: usize) {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    put_varint(out, 1, u64::from(PROTOCOL_VERSION));
+    put_bytes(out, 2, sender.as_str().as_bytes());
+    encode_key(10, WireType::LengthDelimited, out);
+    encode_varint(body as u64, out);
+    put_bytes(out, 1, ob.id().as_str().as_bytes());
+    put_bytes(out, 2, ob.kind().as_str().as_bytes());
+    put_bytes(out, 3, ob.target().as_str().as_bytes());
+    put_bytes(out, 4, ob.payload().canonical_json().as_bytes());
+    put_varint(out, 5, ob.deadline_seconds());
+    put_varint(out, 6, u64::from(ob.max_retries()));
+    put_varint(out, 7, ob.created_at().unix_micros() as u64);
+    if let Some(seq) = ob.sequence() {
+        encode_key(8, WireType::Varint, out);
+        encode_varint(seq.0, out);
+    }
+    put_bytes(out, 9, &ob.digest().0);
 }
 
 fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
@@ -323,6 +329,33 @@ impl Envelope {
             // (issue 14: encode each frame once, no copies per field).
             Message::Obligation(ob) => encode_obligation_frame(&self.sender, ob),
             _ => self.to_pb().encode_to_vec(),
+        }
+    }
+
+    /// The frame as a stream carries it: the varint length of
+    /// [`Envelope::encode`]'s bytes, then those bytes, written into one
+    /// buffer sized for both (issue 14: a transport encoded the body, then
+    /// copied it behind its prefix into a second buffer). Returns the
+    /// buffer and the body's length (what a frame limit applies to).
+    pub fn encode_length_delimited(&self) -> (Vec<u8>, usize) {
+        use prost::encoding::{encode_varint, encoded_len_varint};
+        match &self.message {
+            Message::Obligation(ob) => {
+                let body = obligation_body_len(ob);
+                let len = obligation_frame_len(&self.sender, body);
+                let mut out = Vec::with_capacity(encoded_len_varint(len as u64) + len);
+                encode_varint(len as u64, &mut out);
+                write_obligation_frame(&mut out, &self.sender, ob, body);
+                (out, len)
+            }
+            _ => {
+                let pb = self.to_pb();
+                let len = pb.encoded_len();
+                let mut out = Vec::with_capacity(encoded_len_varint(len as u64) + len);
+                encode_varint(len as u64, &mut out);
+                pb.encode_raw(&mut out);
+                (out, len)
+            }
         }
     }
 
@@ -460,6 +493,9 @@ mod tests {
             let direct = env.encode();
             prop_assert_eq!(&direct, &env.to_pb().encode_to_vec());
             prop_assert_eq!(direct.len(), Envelope::obligation_len(&sender, &ob));
+            let (framed, len) = env.encode_length_delimited();
+            prop_assert_eq!(len, direct.len());
+            prop_assert_eq!(framed, env.to_pb().encode_length_delimited_to_vec());
         }
     }
 }

@@ -204,17 +204,11 @@ impl TransportHandle {
         if shared.shutdown.is_cancelled() {
             return Err(SendError::Closed);
         }
-        let body = envelope.encode();
+        let (frame, size) = envelope.encode_length_delimited();
         let max = shared.config.max_frame;
-        if body.len() > max {
-            return Err(SendError::FrameTooLarge {
-                size: body.len(),
-                max,
-            });
+        if size > max {
+            return Err(SendError::FrameTooLarge { size, max });
         }
-        let mut frame = Vec::with_capacity(body.len() + 10);
-        prost::encoding::encode_varint(body.len() as u64, &mut frame);
-        frame.extend_from_slice(&body);
         shared.queue(peer, Bytes::from(frame))
     }
 
