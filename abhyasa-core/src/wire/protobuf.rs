@@ -11,7 +11,7 @@ use super::relay::{self, RelayMessage};
 use super::PROTOCOL_VERSION;
 use crate::error::{FieldError, FieldProblem, PeerError};
 use crate::model::{
-    AckStatus, AgentId, CustodyAck, DeclineReason, Digest, Obligation, ObligationId, Payload,
+    AckStatus, AgentId, CustodyAck, DeclineReason, Digest, Kind, Obligation, ObligationId, Payload,
     Timestamp,
 };
 
@@ -250,10 +250,15 @@ fn write_obligation_frame(out: &mut Vec<u8>, sender: &AgentId, ob: &Obligation, 
 
 fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
     let payload = Payload::from_json_bytes(&p.payload_json)?;
+    // Validated straight from the decoded strings (no copy into the
+    // builder first), in the builder's order.
     let mut b = Obligation::builder()
-        .id(p.obligation_id.as_str())
-        .kind(p.kind.as_str())
-        .target(p.target.as_str())
+        .with_id(ObligationId::parse_field(
+            "obligation_id",
+            &p.obligation_id,
+        )?)
+        .with_kind(Kind::parse_field("kind", &p.kind)?)
+        .with_target(AgentId::parse_field("target", &p.target)?)
         .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
         .max_retries(i64::from(p.max_retries))
         .created_at(Timestamp::from_unix_micros(p.created_at_micros));
