@@ -60,6 +60,11 @@ struct Args {
     /// Duration of the latency run, seconds.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// Installs a log subscriber at this level (as `abhyasa node run
+    /// --log-level` does), writing to a sink: what the node's own logging
+    /// costs per obligation. Default: no subscriber.
+    #[arg(long)]
+    log: Option<String>,
     /// One JSON object per store instead of the table.
     #[arg(long)]
     json: bool,
@@ -119,6 +124,12 @@ impl Backend {
 
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
+    if let Some(level) = &args.log {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_new(level)?)
+            .with_writer(std::io::sink)
+            .init();
+    }
     let stores = match args.store.as_str() {
         "all" => vec![
             Backend::Embedded(StoreKind::Redb),
