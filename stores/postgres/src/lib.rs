@@ -177,7 +177,7 @@ pub(crate) fn connect(url: &str, lease: Duration) -> Result<Client, StoreError> 
 
 /// The custody store on PostgreSQL (see the crate docs).
 pub struct PgStore {
-    client: Mutex<Client>,
+    client: Mutex<Conn>,
     partition: String,
     holder: String,
     epoch: i64,
@@ -233,7 +233,7 @@ impl PgStore {
             }
         };
         let mut store = Self {
-            client: Mutex::new(client),
+            client: Mutex::new(Conn(Some(client))),
             partition,
             holder: options.holder.clone(),
             epoch,
@@ -312,7 +312,7 @@ impl PgStore {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Client> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conn> {
         // A panic while holding the client leaves nothing half-written on
         // our side (the server rolls back an unfinished transaction).
         self.client.lock().unwrap_or_else(|e| e.into_inner())
@@ -434,10 +434,47 @@ impl From<StoreError> for WriteError {
 impl Drop for PgStore {
     fn drop(&mut self) {
         drop(self.renewer.take());
-        if self.broken.is_none() && self.fenced.is_none() {
-            let mut client = self.lock();
-            owner::release(&mut client, &self.partition, self.epoch);
-        }
+        let release = self.broken.is_none() && self.fenced.is_none();
+        let (partition, epoch) = (&self.partition, self.epoch);
+        let conn = self.client.get_mut().unwrap_or_else(|e| e.into_inner());
+        let Some(mut client) = conn.0.take() else {
+            return;
+        };
+        // The synchronous client runs a runtime of its own, which panics
+        // inside another: a node that stops on an error drops its store
+        // from async code. So the release and the client's own close run
+        // on a thread of their own; the lease is still ended at once.
+        std::thread::scope(|s| {
+            let _ = s
+                .spawn(move || {
+                    if release {
+                        owner::release(&mut client, partition, epoch);
+                    }
+                    drop(client);
+                })
+                .join();
+        });
+    }
+}
+
+/// The store's connection: always present while the store is alive; taken
+/// only by its `Drop`, which closes it off any async runtime.
+struct Conn(Option<Client>);
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.0
+            .as_ref()
+            .expect("the connection is taken only when the store drops")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.0
+            .as_mut()
+            .expect("the connection is taken only when the store drops")
     }
 }
 
@@ -475,20 +512,20 @@ impl Store for PgStore {
         };
         if r.lost.load(Ordering::SeqCst) {
             let mut client = self.lock();
-            return Err(owner::fenced(&mut *client, &self.partition, self.epoch));
+            return Err(owner::fenced(&mut **client, &self.partition, self.epoch));
         }
         let since = r.since_renewal();
         if since > self.lease {
             // A whole term without renewal (this process was paused, or the
             // database out of reach): ask the database itself.
             let mut client = self.lock();
-            match owner::renew(&mut *client, &self.partition, self.epoch, self.lease) {
+            match owner::renew(&mut **client, &self.partition, self.epoch, self.lease) {
                 Ok(true) => {
                     drop(client);
                     r.renewed();
                     return Ok(());
                 }
-                Ok(false) => return Err(owner::fenced(&mut *client, &self.partition, self.epoch)),
+                Ok(false) => return Err(owner::fenced(&mut **client, &self.partition, self.epoch)),
                 Err(_) => {}
             }
             return Err(refused(

@@ -164,6 +164,26 @@ fn standby_waits_for_the_owner_and_takes_over_when_it_stops() {
     standby.join().unwrap();
 }
 
+// A node that stops on an error drops its store from async code: the
+// release must not panic there (the synchronous client runs a runtime of
+// its own), and it must still end the lease so a standby takes over at
+// once rather than after a whole lease.
+#[test]
+fn a_store_dropped_inside_a_runtime_releases_its_lease() {
+    let url = pg_or_skip!();
+    let p = cluster::partition("droprt");
+    let lease = Duration::from_secs(60);
+    let a = PgStore::open(url, &p, &options("node-a", lease, None)).unwrap();
+    let a_epoch = a.epoch();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async move { drop(a) });
+    // Released: B takes over now, not a minute from now.
+    let b = PgStore::open(url, &p, &options("node-b", lease, None)).unwrap();
+    assert_eq!(b.epoch(), a_epoch + 1);
+}
+
 #[test]
 fn renewal_thread_notices_a_takeover() {
     let url = pg_or_skip!();
