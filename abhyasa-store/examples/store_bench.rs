@@ -77,6 +77,10 @@ fn held_bytes() -> usize {
     HELD.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+#[path = "support/proc_stat.rs"]
+mod proc_stat;
+use proc_stat::cpu_secs;
+
 const EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
 
 fn obligation(i: u64) -> Obligation {
@@ -193,18 +197,6 @@ fn disk_bytes(p: &Path) -> u64 {
 /// CPU seconds (user + system) this process has used, from
 /// `/proc/self/stat` (clock ticks of 1/100 s): robust to other load on the
 /// machine, unlike wall time.
-fn cpu_secs() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some(ticks as f64 / 100.0)
-        })
-        .unwrap_or(f64::NAN)
-}
-
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -332,18 +324,8 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
     // then reuses the memory the writer gave back instead of touching
     // pages the machine has not handed out yet (on this VM that first
     // touch doubled the recovery's CPU time).
-    let out = Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--write-child",
-            kind.as_str(),
-            &path.display().to_string(),
-            &pending.to_string(),
-        ])
-        .output()
-        .expect("write child");
-    assert!(out.status.success(), "write child failed: {out:?}");
     let write = Duration::from_secs_f64(
-        String::from_utf8_lossy(&out.stdout)
+        child("--write-child", kind, &path, pending)
             .split_whitespace()
             .find_map(|kv| kv.strip_prefix("write_secs=").and_then(|v| v.parse().ok()))
             .expect("write_secs"),
@@ -364,16 +346,7 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
             custodian_per_pending: f64::NAN,
         };
     }
-    let out = Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--recover-child",
-            kind.as_str(),
-            &path.display().to_string(),
-            &pending.to_string(),
-        ])
-        .output()
-        .expect("child");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = child("--recover-child", kind, &path, pending);
     let field = |name: &str| -> f64 {
         text.split_whitespace()
             .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.parse().ok()))
@@ -389,6 +362,22 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
         held_per_pending: field("held=") / pending as f64,
         custodian_per_pending: field("held_custodian=") / pending as f64,
     }
+}
+
+/// Runs this program as `mode KIND PATH PENDING` and returns what it
+/// printed; a child that fails fails the bench.
+fn child(mode: &str, kind: StoreKind, path: &Path, pending: u64) -> String {
+    let out = Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            mode,
+            kind.as_str(),
+            &path.display().to_string(),
+            &pending.to_string(),
+        ])
+        .output()
+        .expect("child");
+    assert!(out.status.success(), "{mode} failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Writes `pending` obligations in batches of 4096 into a new store at

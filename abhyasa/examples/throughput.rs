@@ -37,6 +37,10 @@ use abhyasa_store::{StoreKind, StoreOptions};
 use clap::Parser;
 use serde_json::json;
 
+#[path = "../../abhyasa-store/examples/support/proc_stat.rs"]
+mod proc_stat;
+use proc_stat::cpu_secs;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Custody throughput and latency over loopback QUIC.
@@ -470,18 +474,4 @@ async fn shutdown(p: Arc<Pair>) -> Result<(), BoxError> {
     p.alice.shutdown().await?;
     p.bob.shutdown().await?;
     Ok(())
-}
-
-/// CPU time (user + system) of this process so far, in seconds, from
-/// `/proc/self/stat` (10 ms ticks); NaN where there is none.
-fn cpu_secs() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some(ticks as f64 / 100.0)
-        })
-        .unwrap_or(f64::NAN)
 }
