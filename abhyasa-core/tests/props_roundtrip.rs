@@ -87,10 +87,11 @@ fn round_trips(o: &Obligation) -> Result<(), TestCaseError> {
         "the counted frame size differs from the encoded one"
     );
     let (framed, len) = env.encode_length_delimited();
+    let body = env.encode();
     let mut prefixed = Vec::new();
-    prost::encoding::encode_varint(env.encode().len() as u64, &mut prefixed);
-    prefixed.extend_from_slice(&env.encode());
-    prop_assert_eq!(len, env.encode().len());
+    prost::encoding::encode_varint(body.len() as u64, &mut prefixed);
+    prefixed.extend_from_slice(&body);
+    prop_assert_eq!(len, body.len());
     prop_assert_eq!(framed, prefixed, "the length-delimited frame differs");
     let decoded = Envelope::decode(&env.encode())
         .map_err(|e| TestCaseError::fail(format!("protobuf round trip of {o:?} failed: {e}")))?;

@@ -194,9 +194,8 @@ fn disk_bytes(p: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU seconds (user + system) this process has used, from
-/// `/proc/self/stat` (clock ticks of 1/100 s): robust to other load on the
-/// machine, unlike wall time.
+/// This process's resident set, bytes, from `/proc/self/statm` (0 where
+/// there is none).
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -324,12 +323,9 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
     // then reuses the memory the writer gave back instead of touching
     // pages the machine has not handed out yet (on this VM that first
     // touch doubled the recovery's CPU time).
-    let write = Duration::from_secs_f64(
-        child("--write-child", kind, &path, pending)
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("write_secs=").and_then(|v| v.parse().ok()))
-            .expect("write_secs"),
-    );
+    let write = field(&child("--write-child", kind, &path, pending), "write_secs=");
+    assert!(write.is_finite(), "the write child printed no write_secs");
+    let write = Duration::from_secs_f64(write);
     let disk = disk_bytes(&path);
     if std::env::var_os("STORE_BENCH_KEEP").is_some() {
         // For profiling the recovery alone: `--recover-child KIND PATH N`.
@@ -347,11 +343,7 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
         };
     }
     let text = child("--recover-child", kind, &path, pending);
-    let field = |name: &str| -> f64 {
-        text.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.parse().ok()))
-            .unwrap_or(f64::NAN)
-    };
+    let field = |name: &str| field(&text, name);
     Scale {
         write_secs: write.as_secs_f64(),
         disk_per_pending: disk as f64 / pending as f64,
@@ -362,6 +354,14 @@ fn scale(kind: StoreKind, pending: u64) -> Scale {
         held_per_pending: field("held=") / pending as f64,
         custodian_per_pending: field("held_custodian=") / pending as f64,
     }
+}
+
+/// The value of `name` (`key=`) in a child's `key=value` output; NaN when
+/// it printed none.
+fn field(text: &str, name: &str) -> f64 {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
 }
 
 /// Runs this program as `mode KIND PATH PENDING` and returns what it

@@ -489,7 +489,7 @@ enum Part<T> {
 }
 
 /// The identifier `part` sets, validated under `field` if it is text.
-fn part<T: Clone>(
+fn part<T>(
     field: &'static str,
     part: Option<Part<T>>,
     parse: fn(&str, &str) -> Result<T, FieldError>,
