@@ -50,6 +50,10 @@ fn normalize_fields(map: &mut Map<String, Value>) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// The canonical text buffer a payload built from fields starts with:
+/// room for a small payload, so the common case never reallocates.
+const PAYLOAD_TEXT_GUESS: usize = 128;
+
 /// The refusal of a payload past [`MAX_PAYLOAD_BYTES`].
 fn too_long() -> FieldError {
     FieldError::new(
@@ -65,9 +69,17 @@ impl Payload {
     /// the value its canonical text reads back as (see [`payload_number`]),
     /// so that whatever is accepted here round-trips exactly through JSON,
     /// protobuf and every store.
-    pub fn new(mut map: Map<String, Value>) -> Result<Self, FieldError> {
+    pub fn new(map: Map<String, Value>) -> Result<Self, FieldError> {
+        Self::with_capacity(map, PAYLOAD_TEXT_GUESS)
+    }
+
+    /// [`Payload::new`], writing the canonical text into a buffer of
+    /// `capacity` bytes (the received text's length is a good guess):
+    /// growing it from empty cost five reallocations per obligation, on
+    /// the sender and again on the receiver (issue 14).
+    fn with_capacity(mut map: Map<String, Value>, capacity: usize) -> Result<Self, FieldError> {
         normalize_fields(&mut map)?;
-        let mut canonical = String::new();
+        let mut canonical = String::with_capacity(capacity.min(MAX_PAYLOAD_BYTES));
         canonical::write_object(&map, &mut canonical);
         if canonical.len() > MAX_PAYLOAD_BYTES {
             return Err(too_long());
@@ -101,7 +113,7 @@ impl Payload {
         let v: Value = serde_json::from_slice(bytes)
             .map_err(|e| FieldError::invalid("payload", format!("not JSON: {e}")))?;
         match v {
-            Value::Object(m) => Self::new(m),
+            Value::Object(m) => Self::with_capacity(m, bytes.len()),
             other => Err(FieldError::wrong_type(
                 "payload",
                 "object",
