@@ -18,6 +18,7 @@ use crate::codec::{
     corrupt, from_bytes, from_json, id, pair_key, parse_u64_key, split_pair_key, to_bytes, to_json,
     u64_key, unwritable, EffectRow, LedgerRow, PendingRow, Shared, TerminalRow,
 };
+use crate::index::Facts;
 
 /// The trees (sled) or tables (redb) of a node's database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +140,23 @@ pub(crate) trait Txn {
     ) -> Result<(), StoreError> {
         let _ = old;
         self.put(t, k, v)
+    }
+
+    /// [`Txn::put_over`] of a row the caller has just encoded from a
+    /// typed row whose index [`Facts`](crate::index::Facts) it passes
+    /// along: [`crate::index::Indexed`] derives the new index entries from
+    /// them instead of decoding `v` again (issue 14). Checked against the
+    /// bytes wherever debug assertions are on (the storage suite).
+    fn put_known(
+        &mut self,
+        t: Table,
+        k: &[u8],
+        old: Option<&[u8]>,
+        v: &[u8],
+        facts: crate::index::Facts,
+    ) -> Result<(), StoreError> {
+        let _ = facts;
+        self.put_over(t, k, old, v)
     }
 }
 
@@ -337,21 +355,25 @@ fn verified<R: PartialEq>(
     }
 }
 
-/// Encodes a pending row, proved to read back as the same record.
-fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<Vec<u8>, StoreError> {
+/// Encodes a pending row, proved to read back as the same record, with
+/// its index facts.
+fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<(Vec<u8>, Facts), StoreError> {
     const T: &str = "custody_pending";
-    let bytes = PendingRow::of(p).encode(T, k)?;
+    let row = PendingRow::of(p);
+    let bytes = row.encode(T, k)?;
     let back = PendingRow::decode(T, k, &bytes).and_then(|(r, _)| r.read_back(&p.obligation, T, k));
-    verified(T, k, bytes, back, p)
+    Ok((verified(T, k, bytes, back, p)?, Facts::pending(&row)))
 }
 
-/// Encodes a ledger row, proved to read back as the same record.
-fn ledger_bytes(k: &[u8], l: &LedgerRecord) -> Result<Vec<u8>, StoreError> {
+/// Encodes a ledger row, proved to read back as the same record, with its
+/// index facts.
+fn ledger_bytes(k: &[u8], l: &LedgerRecord) -> Result<(Vec<u8>, Facts), StoreError> {
     const T: &str = "receiver_ledger";
-    let bytes = to_bytes(T, k, &LedgerRow::of(l))?;
+    let row = LedgerRow::of(l);
+    let bytes = to_bytes(T, k, &row)?;
     let back = from_bytes::<LedgerRow>(T, k, &bytes)
         .and_then(|r| r.read_back(l.obligation.as_ref(), T, k));
-    verified(T, k, bytes, back, l)
+    Ok((verified(T, k, bytes, back, l)?, Facts::ledger(&row)))
 }
 
 /// Encodes an intent row, proved to read back as the same record.
@@ -390,7 +412,8 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             if offer_is_new(txn, id, pending.obligation.digest())? {
                 // New: neither pending nor terminal (just read).
                 let k = id.as_str().as_bytes();
-                txn.put_over(Table::Pending, k, None, &pending_bytes(k, pending)?)?;
+                let (v, facts) = pending_bytes(k, pending)?;
+                txn.put_known(Table::Pending, k, None, &v, facts)?;
                 for w in principal {
                     put_principal(txn, w)?;
                 }
@@ -436,7 +459,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                 };
                 let row = TerminalRow::of(&summary, escalation);
                 let v = to_bytes("custody_terminal", k, &row)?;
-                txn.put_over(Table::Terminal, k, None, &v)?;
+                txn.put_known(Table::Terminal, k, None, &v, Facts::terminal(&row))?;
             }
         }
         Record::BestEffortSent { summary, principal } => {
@@ -444,7 +467,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                 let k = summary.obligation_id.as_str().as_bytes();
                 let row = TerminalRow::of(summary, None);
                 let v = to_bytes("custody_terminal", k, &row)?;
-                txn.put_over(Table::Terminal, k, None, &v)?;
+                txn.put_known(Table::Terminal, k, None, &v, Facts::terminal(&row))?;
                 for w in principal {
                     put_principal(txn, w)?;
                 }
@@ -511,7 +534,8 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                 txn.del(Table::Intents, &k)?;
             }
             // Nothing above wrote the ledger entry: `old` is still its value.
-            txn.put_over(Table::Ledger, &k, old.as_deref(), &ledger_bytes(&k, l)?)?;
+            let (v, facts) = ledger_bytes(&k, l)?;
+            txn.put_known(Table::Ledger, &k, old.as_deref(), &v, facts)?;
         }
         Record::Intent(i) => {
             let k = pair_key(&i.custodian, i.obligation.id());

@@ -116,28 +116,97 @@ struct Derived {
     counts: Vec<Counter>,
 }
 
-fn pending_deadline(row: &PendingRow) -> i64 {
-    row.deadline_at_micros()
+/// What the indexes read from a row of `custody_pending`,
+/// `custody_terminal` or `receiver_ledger`: taken from the typed row a
+/// writer has just encoded ([`Txn::put_known`]), so the commit path does
+/// not decode the row it wrote, or read back from stored bytes. Both
+/// paths derive the index entries through the same functions below.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Facts {
+    /// A pending row: deferred or not, and its absolute deadline.
+    Pending { deferred: bool, deadline_at: i64 },
+    /// A terminal summary: how custody ended.
+    Terminal(TerminalState),
+    /// A ledger entry: its outcome and the obligation's deadline.
+    Ledger {
+        outcome: LedgerOutcome,
+        deadline_at: i64,
+    },
+}
+
+impl Facts {
+    pub(crate) fn pending(row: &PendingRow<'_>) -> Self {
+        Facts::Pending {
+            deferred: row.deferred,
+            deadline_at: row.deadline_at_micros(),
+        }
+    }
+
+    pub(crate) fn terminal(row: &TerminalRow<'_>) -> Self {
+        Facts::Terminal(row.state())
+    }
+
+    pub(crate) fn ledger(row: &LedgerRow<'_>) -> Self {
+        Facts::Ledger {
+            outcome: row.outcome,
+            deadline_at: row.deadline_at,
+        }
+    }
+
+    /// The facts of stored bytes of table `t` (`None` for the tables
+    /// without any).
+    pub(crate) fn read(t: Table, k: &[u8], v: &[u8]) -> Result<Option<Self>, StoreError> {
+        Ok(match t {
+            Table::Pending => Some(Facts::pending(
+                &PendingRow::decode("custody_pending", k, v)?.0,
+            )),
+            Table::Terminal => Some(Facts::terminal(&from_bytes::<TerminalRow>(
+                "custody_terminal",
+                k,
+                v,
+            )?)),
+            Table::Ledger => Some(Facts::ledger(&from_bytes::<LedgerRow>(
+                "receiver_ledger",
+                k,
+                v,
+            )?)),
+            _ => None,
+        })
+    }
+}
+
+/// The contribution of a pending row or a terminal summary.
+fn derive_facts(k: &[u8], f: Facts) -> Derived {
+    let mut d = Derived::default();
+    match f {
+        Facts::Pending {
+            deferred,
+            deadline_at,
+        } => {
+            d.counts.push(Counter::Pending);
+            if deferred {
+                d.keys.push(deadline_key(CUSTODY_DEFERRED, deadline_at, k));
+            }
+        }
+        Facts::Terminal(st) => {
+            let mut key = state_prefix(ListState::of(st)).to_vec();
+            key.extend_from_slice(k);
+            d.keys.push(key);
+        }
+        // A ledger entry's contribution also depends on its intent.
+        Facts::Ledger { .. } => {}
+    }
+    d
 }
 
 /// The contribution of a row of a single-row entity table.
 fn derive_row(t: Table, k: &[u8], v: &[u8]) -> Result<Derived, StoreError> {
     let mut d = Derived::default();
     match t {
-        Table::Pending => {
-            let (row, _) = PendingRow::decode("custody_pending", k, v)?;
-            d.counts.push(Counter::Pending);
-            if row.deferred {
-                d.keys
-                    .push(deadline_key(CUSTODY_DEFERRED, pending_deadline(&row), k));
+        Table::Pending | Table::Terminal => {
+            if let Some(f) = Facts::read(t, k, v)? {
+                d = derive_facts(k, f);
             }
-        }
-        Table::Terminal => {
-            let row: TerminalRow = from_bytes("custody_terminal", k, v)?;
-            let st: TerminalState = row.state();
-            let mut key = state_prefix(ListState::of(st)).to_vec();
-            key.extend_from_slice(k);
-            d.keys.push(key);
         }
         Table::Escalations => d.counts.push(Counter::Escalated),
         Table::Reconciliations => {
@@ -155,19 +224,29 @@ fn derive_row(t: Table, k: &[u8], v: &[u8]) -> Result<Derived, StoreError> {
 /// The contribution of ledger entry `k` given its row and whether an
 /// intent is recorded for it.
 fn derive_ledger(k: &[u8], ledger: Option<&[u8]>, intent: bool) -> Result<Derived, StoreError> {
+    let facts = match ledger {
+        Some(v) => Facts::read(Table::Ledger, k, v)?,
+        None => None,
+    };
+    Ok(derive_ledger_facts(k, facts, intent))
+}
+
+fn derive_ledger_facts(k: &[u8], facts: Option<Facts>, intent: bool) -> Derived {
     let mut d = Derived::default();
-    if let Some(v) = ledger {
-        let row: LedgerRow = from_bytes("receiver_ledger", k, v)?;
-        match row.outcome {
+    if let Some(Facts::Ledger {
+        outcome,
+        deadline_at,
+    }) = facts
+    {
+        match outcome {
             LedgerOutcome::Deferred if !intent => {
-                d.keys
-                    .push(deadline_key(LEDGER_DEFERRED, row.deadline_at, k));
+                d.keys.push(deadline_key(LEDGER_DEFERRED, deadline_at, k));
             }
             LedgerOutcome::OutcomeUnknown => d.counts.push(Counter::OutcomeUnknown),
             _ => {}
         }
     }
-    Ok(d)
+    d
 }
 
 /// A write transaction that keeps the indexes in step with every write
@@ -324,6 +403,48 @@ impl Txn for Indexed<'_> {
         } else {
             let before = self.entity(t, k, old)?.unwrap_or_default();
             (before, self.entity(t, k, Some(v))?.unwrap_or_default())
+        };
+        self.inner.put(t, k, v)?;
+        self.moved(before, after)
+    }
+
+    fn put_known(
+        &mut self,
+        t: Table,
+        k: &[u8],
+        old: Option<&[u8]>,
+        v: &[u8],
+        facts: Facts,
+    ) -> Result<(), StoreError> {
+        // The caller's promises, checked wherever debug assertions are on:
+        // `old` is the stored row and `facts` are those of `v`.
+        debug_assert!(
+            self.inner.get(t, k)?.as_deref() == old,
+            "put_known on {} with a stale old value",
+            t.name()
+        );
+        debug_assert_eq!(
+            Facts::read(t, k, v)?,
+            Some(facts),
+            "put_known on {} with facts that are not the row's",
+            t.name()
+        );
+        let (before, after) = match t {
+            Table::Ledger => {
+                let intent = self.inner.get(Table::Intents, k)?.is_some();
+                (
+                    derive_ledger(k, old, intent)?,
+                    derive_ledger_facts(k, Some(facts), intent),
+                )
+            }
+            Table::Pending | Table::Terminal => (
+                match old {
+                    Some(old) => derive_row(t, k, old)?,
+                    None => Derived::default(),
+                },
+                derive_facts(k, facts),
+            ),
+            _ => return self.put_over(t, k, old, v),
         };
         self.inner.put(t, k, v)?;
         self.moved(before, after)
