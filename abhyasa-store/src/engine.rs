@@ -143,8 +143,7 @@ pub(crate) trait Txn {
     }
 
     /// [`Txn::put_over`] of a row the caller has just encoded from a
-    /// typed row whose index [`Facts`](crate::index::Facts) it passes
-    /// along: [`crate::index::Indexed`] derives the new index entries from
+    /// typed row whose index [`Facts`] it passes along: [`crate::index::Indexed`] derives the new index entries from
     /// them instead of decoding `v` again (issue 14). Checked against the
     /// bytes wherever debug assertions are on (the storage suite).
     fn put_known(
@@ -153,7 +152,7 @@ pub(crate) trait Txn {
         k: &[u8],
         old: Option<&[u8]>,
         v: &[u8],
-        facts: crate::index::Facts,
+        facts: Facts,
     ) -> Result<(), StoreError> {
         let _ = facts;
         self.put_over(t, k, old, v)

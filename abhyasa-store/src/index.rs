@@ -384,6 +384,11 @@ impl Txn for Indexed<'_> {
         if !derives(t) {
             return self.inner.put(t, k, v);
         }
+        if let Some(facts) = Facts::read(t, k, v)? {
+            // Pending, terminal and ledger rows: one path, whether the
+            // facts come from the bytes (here) or from the writer.
+            return self.put_known(t, k, old, v, facts);
+        }
         // The caller's promise, checked wherever debug assertions are on
         // (the storage suite): a wrong `old` would move the wrong index
         // entries and counters.
@@ -392,18 +397,8 @@ impl Txn for Indexed<'_> {
             "put_over on {} with a stale old value",
             t.name()
         );
-        let (before, after) = if t == Table::Ledger {
-            // Both sides of a ledger entry depend on the same intent,
-            // which this write does not touch: read it once.
-            let intent = self.inner.get(Table::Intents, k)?.is_some();
-            (
-                derive_ledger(k, old, intent)?,
-                derive_ledger(k, Some(v), intent)?,
-            )
-        } else {
-            let before = self.entity(t, k, old)?.unwrap_or_default();
-            (before, self.entity(t, k, Some(v))?.unwrap_or_default())
-        };
+        let before = self.entity(t, k, old)?.unwrap_or_default();
+        let after = self.entity(t, k, Some(v))?.unwrap_or_default();
         self.inner.put(t, k, v)?;
         self.moved(before, after)
     }
@@ -416,8 +411,10 @@ impl Txn for Indexed<'_> {
         v: &[u8],
         facts: Facts,
     ) -> Result<(), StoreError> {
-        // The caller's promises, checked wherever debug assertions are on:
-        // `old` is the stored row and `facts` are those of `v`.
+        // The caller's promises, checked wherever debug assertions are on
+        // (the storage suite): `old` is the stored row (a wrong one would
+        // move the wrong index entries and counters) and `facts` are
+        // those of `v`.
         debug_assert!(
             self.inner.get(t, k)?.as_deref() == old,
             "put_known on {} with a stale old value",
@@ -431,6 +428,8 @@ impl Txn for Indexed<'_> {
         );
         let (before, after) = match t {
             Table::Ledger => {
+                // Both sides of a ledger entry depend on the same intent,
+                // which this write does not touch: read it once.
                 let intent = self.inner.get(Table::Intents, k)?.is_some();
                 (
                     derive_ledger(k, old, intent)?,
@@ -444,6 +443,8 @@ impl Txn for Indexed<'_> {
                 },
                 derive_facts(k, facts),
             ),
+            // A table without facts (`Facts::read` gives `None`, so this
+            // does not come back here).
             _ => return self.put_over(t, k, old, v),
         };
         self.inner.put(t, k, v)?;
