@@ -41,32 +41,38 @@ use serde_json::json;
 
 /// Counts the bytes the program holds on the heap, so the recovery child
 /// can tell what the restored custodian holds from what the allocator
-/// keeps of what the load freed (the resident-set figure has both).
+/// keeps of what the load freed (the resident-set figure has both). It
+/// forwards to the node binary's allocator (`abhyasa_alloc`, mimalloc), so
+/// the resident memory per pending obligation is what `abhyasa node run`
+/// would hold.
 struct Counting;
+
+/// The allocator `Counting` forwards to.
+const INNER: abhyasa_alloc::Allocator = abhyasa_alloc::Allocator;
 
 static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // `unsafe` because a global allocator is an unsafe trait; this bench
 // needs one to count the heap a recovery holds.
-// SAFETY: every call forwards to the system allocator with the caller's
+// SAFETY: every call forwards to the node's allocator with the caller's
 // own layout and pointer; the counter is the only addition.
 #[allow(unsafe_code)]
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the caller's layout, passed on unchanged.
-        unsafe { std::alloc::System.alloc(layout) }
+        unsafe { INNER.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
         // SAFETY: `ptr` came from `alloc` above with this layout.
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
         HELD.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
         HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
         // SAFETY: `ptr` came from this allocator with `layout`.
-        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+        unsafe { INNER.realloc(ptr, layout, new) }
     }
 }
 
@@ -422,6 +428,9 @@ fn recover_child(kind: &str, path: &str, pending: u64) {
     let cpu = cpu_secs() - cpu;
     assert_eq!(c.pending_len() as u64, pending, "recovered pending count");
     drop(state.receiver);
+    // As `abhyasa node run` does once its node is open: what the load
+    // freed goes back to the system now rather than after the purge delay.
+    abhyasa_alloc::collect();
     let after = rss_bytes();
     let held = held_bytes().saturating_sub(held_before);
     drop(store);
@@ -434,6 +443,7 @@ fn recover_child(kind: &str, path: &str, pending: u64) {
 }
 
 fn main() {
+    abhyasa_alloc::tune();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--write-child") {
         write_child(&args[2], &args[3], args[4].parse().expect("pending"));

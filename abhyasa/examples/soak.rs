@@ -74,7 +74,12 @@ fn options(agent: &AgentId, policy: CompactionPolicy) -> NodeOptions {
     o
 }
 
+// The node's allocator, as `abhyasa node run` has it (see `abhyasa_alloc`).
+#[global_allocator]
+static ALLOC: abhyasa_alloc::Allocator = abhyasa_alloc::Allocator;
+
 fn main() -> Result<(), BoxError> {
+    abhyasa_alloc::tune();
     let args = Args::parse();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -126,7 +126,12 @@ impl Backend {
     }
 }
 
+// The node's allocator, as `abhyasa node run` has it (see `abhyasa_alloc`).
+#[global_allocator]
+static ALLOC: abhyasa_alloc::Allocator = abhyasa_alloc::Allocator;
+
 fn main() -> Result<(), BoxError> {
+    abhyasa_alloc::tune();
     let args = Args::parse();
     if let Some(level) = &args.log {
         tracing_subscriber::fmt()

@@ -63,7 +63,13 @@ enum Command {
     Relay(cmd::relay::RelayCommand),
 }
 
+// mimalloc, tuned for a busy node (see `abhyasa_alloc`): the allocator
+// the throughput figures were measured with.
+#[global_allocator]
+static ALLOC: abhyasa_alloc::Allocator = abhyasa_alloc::Allocator;
+
 fn main() -> ExitCode {
+    abhyasa_alloc::tune();
     let args = Args::parse();
     let result = match args.command {
         Command::Demo(a) => cmd::demo::run(a).map_err(|e| e.to_string()),
