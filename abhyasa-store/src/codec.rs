@@ -240,6 +240,7 @@ impl<'a> ObligationRow<'a> {
     }
 
     /// `ob` if this row holds it (see [`ObligationRow::holds`]).
+    #[cfg(test)]
     fn read_back(
         &self,
         ob: &Obligation,
@@ -339,6 +340,28 @@ impl<'a> SafeRow<'a> {
             obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.as_str()),
             target: (&s.target != ob.target()).then(|| s.target.as_str()),
         }
+    }
+
+    /// Whether [`SafeRow::build`] of this row, for `ob`, gives back `s`
+    /// exactly (see [`PendingRow::rebuilds`]).
+    fn rebuilds(&self, s: &SafeAction, ob: &Obligation) -> bool {
+        let effect = match (&self.effect, &s.effect) {
+            (SafeEffectRow::FailClosed, SafeEffect::FailClosed) => true,
+            (SafeEffectRow::DownWeight(a), SafeEffect::DownWeight { magnitude }) => a == magnitude,
+            _ => false,
+        };
+        effect
+            && match self.obligation_id {
+                Some(id) => id == s.obligation_id.as_str(),
+                None => ob.id() == &s.obligation_id,
+            }
+            && match self.target {
+                Some(t) => t == s.target.as_str(),
+                None => ob.target() == &s.target,
+            }
+            && self.key == s.key.as_str()
+            && self.sequence == s.sequence.map(|q| q.0)
+            && self.rationale == s.rationale.as_ref()
     }
 
     fn build(
@@ -481,8 +504,29 @@ impl<'a> PendingRow<'a> {
         row.finish(obligation, table, key, seen)
     }
 
+    /// Whether this row, stored under `key`, loads as `p` exactly: the
+    /// write path's check that a store never commits a row it cannot load
+    /// back as the record it was given (issue 10), made on the row the
+    /// stored bytes decode to. Field by field, where a load would build a
+    /// record and compare it: every identifier of `p` is already a
+    /// validated one, so an equal string loads as an equal identifier.
+    /// Agrees with [`PendingRow::read_back`] (a property below holds it
+    /// to it), without allocating (issue 14).
+    pub(crate) fn rebuilds(&self, key: &[u8], p: &PendingRecord) -> bool {
+        let ob = &p.obligation;
+        self.digest == ob.digest().0
+            && key == ob.id().as_str().as_bytes()
+            && self.obligation.holds(ob)
+            && self.safe.rebuilds(&p.safe, ob)
+            && self.attempts == p.attempts
+            && Timestamp::from_unix_micros(self.next_at) == p.next_at
+            && self.deferred == p.deferred
+            && Timestamp::from_unix_micros(self.offered_at) == p.offered_at
+    }
+
     /// The record this row reads back as, given the obligation it was
-    /// written from (the write path's check, without rebuilding `ob`).
+    /// written from (the reference [`PendingRow::rebuilds`] is held to).
+    #[cfg(test)]
     pub(crate) fn read_back(
         self,
         ob: &Obligation,
@@ -593,6 +637,20 @@ impl EffectRow {
         }
     }
 
+    /// Whether [`EffectRow::build`] gives back `v` exactly. A JSON value
+    /// is parsed back as a load parses it: its text is where a value
+    /// could fail to round-trip (a float, issue 10).
+    fn rebuilds(&self, v: &EffectValue) -> bool {
+        match (self, v) {
+            (Self::Authorization(a), EffectValue::Authorization(b)) => a == b,
+            (Self::Weight(a), EffectValue::Weight(b)) => a == b,
+            (Self::Json(s), EffectValue::Json(j)) => {
+                serde_json::from_str::<serde_json::Value>(s).is_ok_and(|back| back == *j)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn build(self, table: &'static str, key: &[u8]) -> Result<EffectValue, StoreError> {
         Ok(match self {
             Self::Authorization(a) => EffectValue::Authorization(a),
@@ -649,8 +707,42 @@ impl<'a> LedgerRow<'a> {
         self.finish(obligation, table, key)
     }
 
+    /// Whether this row, stored under `key`, loads as `l` exactly (see
+    /// [`PendingRow::rebuilds`]). Agrees with [`LedgerRow::read_back`].
+    pub(crate) fn rebuilds(&self, key: &[u8], l: &LedgerRecord) -> bool {
+        let (c, id) = (l.custodian.as_str(), l.obligation_id.as_str());
+        key.len() == c.len() + 1 + id.len()
+            && key.starts_with(c.as_bytes())
+            && key[c.len()] == 0
+            && key.ends_with(id.as_bytes())
+            && self.digest == l.digest.0
+            && self.kind == l.kind.as_str()
+            && self.outcome == l.outcome
+            && self.reason == l.reason
+            && self.detail == l.detail.as_deref()
+            && self.effect.len() == l.effect.len()
+            && self
+                .effect
+                .iter()
+                .zip(&l.effect)
+                .all(|((k, v), w)| *k == w.key && v.rebuilds(&w.value))
+            && match (&self.key_sequence, &l.key_sequence) {
+                (Some((k, s)), Some((key, seq))) => *k == key.as_str() && *s == seq.0,
+                (None, None) => true,
+                _ => false,
+            }
+            && Timestamp::from_unix_micros(self.recorded_at) == l.recorded_at
+            && Timestamp::from_unix_micros(self.deadline_at) == l.deadline_at
+            && match (&self.obligation, &l.obligation) {
+                (Some(row), Some(ob)) => row.holds(ob),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+
     /// The record this row reads back as, given the obligation it was
-    /// written from (the write path's check, without rebuilding it).
+    /// written from (the reference [`LedgerRow::rebuilds`] is held to).
+    #[cfg(test)]
     pub(crate) fn read_back(
         self,
         ob: Option<&Obligation>,
@@ -862,6 +954,293 @@ mod tests {
                 assert!(detail.contains("digest"), "{detail}")
             }
             other => panic!("an altered old row loaded: {other:?}"),
+        }
+    }
+
+    mod rebuilds {
+        //! The write path's field-by-field check ([`PendingRow::rebuilds`],
+        //! [`LedgerRow::rebuilds`]) says yes exactly when building the
+        //! stored row gives back the record ([`PendingRow::read_back`],
+        //! [`LedgerRow::read_back`]): on the record written, and on records
+        //! that differ from it in one field.
+        use super::*;
+        use abhyasa_core::custody::EffectWrite;
+        use abhyasa_core::DeclineReason;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        fn float() -> impl Strategy<Value = f64> {
+            prop_oneof![
+                any::<f64>(),
+                Just(f64::NAN),
+                Just(-0.0),
+                Just(f64::INFINITY),
+                Just(0.1),
+                Just(-0.9625043415580151),
+            ]
+        }
+
+        fn json() -> impl Strategy<Value = serde_json::Value> {
+            prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<i64>().prop_map(serde_json::Value::from),
+                float().prop_map(|f| serde_json::json!(f)),
+                "\\PC{0,8}".prop_map(serde_json::Value::from),
+                (float(), "[a-z]{1,4}").prop_map(|(f, k)| serde_json::json!({ k: [f, true] })),
+            ]
+        }
+
+        fn effect() -> impl Strategy<Value = EffectValue> {
+            prop_oneof![
+                select(vec![Authorization::Granted, Authorization::Withheld])
+                    .prop_map(EffectValue::Authorization),
+                float().prop_map(EffectValue::Weight),
+                json().prop_map(EffectValue::Json),
+            ]
+        }
+
+        fn obligation() -> impl Strategy<Value = Obligation> {
+            (
+                "[a-z0-9]{1,10}",
+                float(),
+                proptest::option::of(any::<u64>()),
+            )
+                .prop_filter_map("the builder refuses it", |(id, delta, seq)| {
+                    let mut b = Obligation::builder()
+                        .id(id)
+                        .kind("phala.belief_update")
+                        .target("receiver")
+                        .payload(serde_json::json!({"weight_delta": delta, "weight_key": "w"}))
+                        .deadline_seconds(600)
+                        .max_retries(9)
+                        .created_at(Timestamp::from_unix_seconds(1_780_000_000));
+                    if let Some(s) = seq {
+                        b = b.sequence(s);
+                    }
+                    b.build().ok()
+                })
+        }
+
+        fn ledger() -> impl Strategy<Value = LedgerRecord> {
+            (
+                (
+                    select(vec!["custodian", "alice", "a.b-c_9"]),
+                    "[a-z0-9-]{1,12}",
+                    any::<[u8; 32]>(),
+                    select(vec!["phala.belief_update", "anumati.consent"]),
+                    select(vec![
+                        LedgerOutcome::Applied,
+                        LedgerOutcome::Declined,
+                        LedgerOutcome::Deferred,
+                        LedgerOutcome::OutcomeUnknown,
+                    ]),
+                    proptest::option::of(select(vec![
+                        DeclineReason::Policy,
+                        DeclineReason::Expired,
+                        DeclineReason::Superseded,
+                        DeclineReason::UnsupportedKind,
+                        DeclineReason::Conflict,
+                    ])),
+                ),
+                (
+                    proptest::option::of("\\PC{0,12}"),
+                    prop::collection::vec(("\\PC{0,8}", effect()), 0..3),
+                    proptest::option::of(("[a-z]{1,6}", any::<u64>())),
+                    any::<i64>(),
+                    any::<i64>(),
+                    proptest::option::of(obligation()),
+                ),
+            )
+                .prop_map(
+                    |(
+                        (c, id, digest, kind, outcome, reason),
+                        (detail, effect, seq, rec, dl, ob),
+                    )| {
+                        LedgerRecord {
+                            custodian: AgentId::new(c).unwrap(),
+                            obligation_id: ObligationId::new(id).unwrap(),
+                            digest: Digest(digest),
+                            kind: Kind::new(kind).unwrap(),
+                            outcome,
+                            reason,
+                            detail,
+                            effect: effect
+                                .into_iter()
+                                .map(|(key, value)| EffectWrite { key, value })
+                                .collect(),
+                            key_sequence: seq
+                                .map(|(k, s)| (GovernedKey::new(k).unwrap(), Sequence(s))),
+                            recorded_at: Timestamp::from_unix_micros(rec),
+                            deadline_at: Timestamp::from_unix_micros(dl),
+                            obligation: ob,
+                        }
+                    },
+                )
+        }
+
+        /// `l` with field `which` changed (`other` supplies new values).
+        fn ledger_changed(l: &LedgerRecord, other: &LedgerRecord, which: usize) -> LedgerRecord {
+            let mut m = l.clone();
+            match which % 14 {
+                0 => m.custodian = other.custodian.clone(),
+                1 => m.obligation_id = other.obligation_id.clone(),
+                2 => m.digest = other.digest,
+                3 => m.kind = other.kind.clone(),
+                4 => m.outcome = other.outcome,
+                5 => m.reason = other.reason,
+                6 => m.detail = other.detail.clone(),
+                7 => m.effect = other.effect.clone(),
+                8 => m.key_sequence = other.key_sequence.clone(),
+                9 => m.recorded_at = other.recorded_at,
+                10 => m.deadline_at = other.deadline_at,
+                11 => m.obligation = other.obligation.clone(),
+                12 => {
+                    if let Some(w) = m.effect.first_mut() {
+                        w.key.push('x');
+                    }
+                }
+                _ => {
+                    // Same keys, values of the same kinds where it can:
+                    // a JSON value against another JSON value.
+                    for (i, w) in m.effect.iter_mut().enumerate() {
+                        w.value = match (&w.value, other.effect.get(i)) {
+                            (_, Some(o)) => o.value.clone(),
+                            (EffectValue::Json(_), None) => {
+                                EffectValue::Json(serde_json::json!([i]))
+                            }
+                            (EffectValue::Weight(x), None) => EffectValue::Weight(x + 1.0),
+                            (EffectValue::Authorization(_), None) => {
+                                EffectValue::Json(serde_json::Value::Null)
+                            }
+                        };
+                    }
+                }
+            }
+            m
+        }
+
+        fn safe(ob: &Obligation) -> impl Strategy<Value = SafeAction> {
+            let (id, target) = (ob.id().clone(), ob.target().clone());
+            (
+                prop_oneof![
+                    Just(SafeEffect::FailClosed),
+                    float().prop_map(|magnitude| SafeEffect::DownWeight { magnitude }),
+                ],
+                "[a-z]{1,6}",
+                proptest::option::of(any::<u64>()),
+                prop_oneof![
+                    select(abhyasa_core::polarity::STANDARD_RATIONALES.to_vec())
+                        .prop_map(std::borrow::Cow::Borrowed),
+                    "\\PC{0,10}".prop_map(std::borrow::Cow::Owned),
+                ],
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(move |(effect, key, seq, rationale, own_id, own_target)| {
+                    SafeAction {
+                        obligation_id: if own_id {
+                            id.clone()
+                        } else {
+                            ObligationId::new("other").unwrap()
+                        },
+                        target: if own_target {
+                            target.clone()
+                        } else {
+                            AgentId::new("elsewhere").unwrap()
+                        },
+                        effect,
+                        key: GovernedKey::new(key).unwrap(),
+                        sequence: seq.map(Sequence),
+                        rationale,
+                    }
+                })
+        }
+
+        fn pending() -> impl Strategy<Value = PendingRecord> {
+            obligation().prop_flat_map(|ob| {
+                (
+                    safe(&ob),
+                    any::<u32>(),
+                    any::<i64>(),
+                    any::<bool>(),
+                    any::<i64>(),
+                )
+                    .prop_map(move |(safe, attempts, next, deferred, offered)| {
+                        PendingRecord {
+                            obligation: ob.clone(),
+                            safe,
+                            attempts,
+                            next_at: Timestamp::from_unix_micros(next),
+                            deferred,
+                            offered_at: Timestamp::from_unix_micros(offered),
+                        }
+                    })
+            })
+        }
+
+        fn pending_changed(
+            p: &PendingRecord,
+            other: &PendingRecord,
+            which: usize,
+        ) -> PendingRecord {
+            let mut m = p.clone();
+            match which % 11 {
+                0 => m.obligation = other.obligation.clone(),
+                1 => m.safe.effect = other.safe.effect,
+                2 => m.safe.key = other.safe.key.clone(),
+                3 => m.safe.sequence = other.safe.sequence,
+                4 => m.safe.rationale = other.safe.rationale.clone(),
+                5 => m.safe.obligation_id = other.safe.obligation_id.clone(),
+                6 => m.safe.target = other.safe.target.clone(),
+                7 => m.attempts = other.attempts,
+                8 => m.next_at = other.next_at,
+                9 => m.deferred = other.deferred,
+                _ => m.offered_at = other.offered_at,
+            }
+            m
+        }
+
+        proptest! {
+            #[test]
+            fn ledger_rebuilds_agrees_with_the_full_read_back(
+                l in ledger(),
+                other in ledger(),
+                which in 0usize..14,
+            ) {
+                const T: &str = "receiver_ledger";
+                let k = pair_key(&l.custodian, &l.obligation_id);
+                let bytes = to_bytes(T, &k, &LedgerRow::of(&l)).unwrap();
+                let changed = ledger_changed(&l, &other, which);
+                for want in [&l, &changed] {
+                    let cheap = from_bytes::<LedgerRow>(T, &k, &bytes).unwrap().rebuilds(&k, want);
+                    let full = from_bytes::<LedgerRow>(T, &k, &bytes)
+                        .unwrap()
+                        .read_back(want.obligation.as_ref(), T, &k)
+                        .is_ok_and(|back| back == *want);
+                    prop_assert_eq!(cheap, full, "{:?}", want);
+                }
+            }
+
+            #[test]
+            fn pending_rebuilds_agrees_with_the_full_read_back(
+                p in pending(),
+                other in pending(),
+                which in 0usize..11,
+            ) {
+                const T: &str = "custody_pending";
+                let k = p.obligation.id().as_str().as_bytes().to_vec();
+                let bytes = PendingRow::of(&p).encode(T, &k).unwrap();
+                let changed = pending_changed(&p, &other, which);
+                for want in [&p, &changed] {
+                    let (row, _) = PendingRow::decode(T, &k, &bytes).unwrap();
+                    let cheap = row.rebuilds(&k, want);
+                    let (row, _) = PendingRow::decode(T, &k, &bytes).unwrap();
+                    let full = row
+                        .read_back(&want.obligation, T, &k)
+                        .is_ok_and(|back| back == *want);
+                    prop_assert_eq!(cheap, full, "{:?}", want);
+                }
+            }
         }
     }
 }
