@@ -168,7 +168,7 @@ where
         .map_err(|e: T::Err| corrupt(table, key, e.to_string()))
 }
 
-/// Splits a `custodian \0 obligation id` key (identifiers never contain
+/// The `custodian \0 obligation id` key (identifiers never contain
 /// control characters, so the separator is unambiguous).
 pub(crate) fn pair_key(custodian: &AgentId, id: &ObligationId) -> Vec<u8> {
     let mut k = Vec::with_capacity(custodian.as_str().len() + 1 + id.as_str().len());
@@ -176,6 +176,15 @@ pub(crate) fn pair_key(custodian: &AgentId, id: &ObligationId) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(id.as_str().as_bytes());
     k
+}
+
+/// Whether `key` is [`pair_key`]`(custodian, id)`, without building it.
+pub(crate) fn is_pair_key(key: &[u8], custodian: &AgentId, id: &ObligationId) -> bool {
+    let (c, id) = (custodian.as_str().as_bytes(), id.as_str().as_bytes());
+    key.len() == c.len() + 1 + id.len()
+        && key.starts_with(c)
+        && key[c.len()] == 0
+        && key.ends_with(id)
 }
 
 /// Parses a key made by [`pair_key`].
@@ -710,11 +719,7 @@ impl<'a> LedgerRow<'a> {
     /// Whether this row, stored under `key`, loads as `l` exactly (see
     /// [`PendingRow::rebuilds`]). Agrees with [`LedgerRow::read_back`].
     pub(crate) fn rebuilds(&self, key: &[u8], l: &LedgerRecord) -> bool {
-        let (c, id) = (l.custodian.as_str(), l.obligation_id.as_str());
-        key.len() == c.len() + 1 + id.len()
-            && key.starts_with(c.as_bytes())
-            && key[c.len()] == 0
-            && key.ends_with(id.as_bytes())
+        is_pair_key(key, &l.custodian, &l.obligation_id)
             && self.digest == l.digest.0
             && self.kind == l.kind.as_str()
             && self.outcome == l.outcome
