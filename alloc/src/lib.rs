@@ -7,17 +7,23 @@
 //! way through both nodes, and glibc's malloc spent about a fifth of the
 //! throughput example's CPU in `malloc`, `free` and the consolidation of
 //! its bins (perf). Under callgrind the same run executes 13% fewer
-//! instructions on mimalloc, and takes about 550 page faults instead of
-//! 57,000 (`perf stat`).
+//! instructions on mimalloc, and takes about 41,000 page faults instead
+//! of 57,000 (`perf stat`).
+//!
+//! It is built without transparent huge pages (the `no_thp` feature, in
+//! `Cargo.toml`: mimalloc reads the option at process load, before `main`
+//! could set it). With them a growing node faults in and zeroes 2 MiB at
+//! a time: the throughput example peaked at 1.5x the memory and spent a
+//! tenth of its CPU in `clear_page`.
 //!
 //! mimalloc gives freed memory back to the system after a delay (its
 //! "purge", 1 s by default in v3). A node under load frees and reuses
 //! memory continuously, and a purged page costs a page fault and a
-//! zeroed page when it is used again: with the default delay the
-//! throughput example took 5,000–11,000 page faults and more CPU.
-//! [`tune`] sets the delay to [`PURGE_DELAY_MS`] (10 s), so a busy node
-//! keeps its memory and an idle one still returns it. An operator's own
-//! `MIMALLOC_PURGE_DELAY` wins.
+//! zeroed page when it is used again: with huge pages on, the default
+//! delay took 5,000–11,000 page faults per run against about 550 at
+//! 10 s, and more CPU. [`tune`] sets the delay to [`PURGE_DELAY_MS`]
+//! (10 s), so a busy node keeps its memory and an idle one still returns
+//! it. An operator's own `MIMALLOC_PURGE_DELAY` wins.
 //!
 //! ```no_run
 //! #[global_allocator]
