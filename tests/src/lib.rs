@@ -74,6 +74,10 @@ use abhyasa_spool::{RelayConfig, RelayHandle, RelayedConfig, SpoolLimits};
 use abhyasa_store::{StoreKind, StoreOptions};
 use abhyasa_transport::mem::MemNetwork;
 use abhyasa_transport::{Incoming, LinkConfig, Transport};
+// The HTTP cells fix both nodes' ports up front (each node's configuration
+// names the other's endpoint, and a restart must come back on the same
+// one): ports the kernel never hands to another socket in the meantime.
+use abhyasa_testkit::loopback_port;
 use abhyasa_ws::WsConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -643,15 +647,6 @@ const ALICE: &str = "alice";
 const BOB: &str = "bob";
 const RELAY: &str = "relay-1";
 
-/// A loopback TCP port free at the time of asking (the HTTP cells fix
-/// both nodes' ports up front: each node's configuration names the
-/// other's endpoint, and a restart must come back on the same one).
-fn free_port() -> Result<u16, BoxError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// The bearer credential `who` presents on its POSTs (HTTP cells).
 fn token(who: &str) -> String {
     format!("{who}-conformance-secret")
@@ -771,10 +766,12 @@ impl Env {
         } else {
             (self.alice_id.clone(), self.bob_id.clone())
         };
-        // Bob listens (on the same port across restarts); alice dials him.
+        // Bob listens (on the same port across restarts, one the kernel
+        // hands no other socket while he is down); alice dials him.
         let listen: SocketAddr = match (is_bob, self.bob_addr) {
             (true, Some(a)) => a,
-            _ => "127.0.0.1:0".parse()?,
+            (true, None) => SocketAddr::from(([127, 0, 0, 1], loopback_port())),
+            (false, _) => "127.0.0.1:0".parse()?,
         };
         let dial = if is_bob { None } else { self.bob_addr };
         let t = match self.backend.net {
@@ -941,7 +938,7 @@ impl World {
             _ => None,
         };
         let http_ports = match backend.net {
-            Net::Http => [free_port()?, free_port()?],
+            Net::Http => [loopback_port(), loopback_port()],
             _ => [0, 0],
         };
         let mut env = Env {

@@ -61,12 +61,10 @@ fn profiles() -> Vec<abhyasa_core::KindProfile> {
     .unwrap()]
 }
 
+/// A port fixed before its listener binds (a peer's config names it):
+/// one the kernel hands no other socket meanwhile (see `abhyasa_testkit`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    abhyasa_testkit::loopback_port()
 }
 
 struct Receiver {

@@ -51,30 +51,10 @@ pub(crate) fn json(args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
 }
 
-/// A loopback port free for both UDP (QUIC) and TCP (HTTP, WebSocket) at
-/// the time of asking, chosen below Linux's ephemeral range (32768 and
-/// up): a port the kernel handed out would be free again once probed, and
-/// another node's outgoing connection could take it as its source port
-/// before the node meant to listen on it binds (seen: "Address already in
-/// use" for an HTTP listener in CI).
+/// A loopback port free for both UDP (QUIC) and TCP (HTTP, WebSocket),
+/// below the kernel's ephemeral range (see `abhyasa_testkit`).
 pub(crate) fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let seed = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::from(d.subsec_nanos()));
-    for _ in 0..10_000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port =
-            20_000 + ((seed.wrapping_mul(2_654_435_761).wrapping_add(n * 7_919)) % 12_000) as u16;
-        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
-        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
-        if udp.is_ok() && tcp.is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port below the ephemeral range")
+    abhyasa_testkit::loopback_port()
 }
 
 /// `init`, returning the `[[peers]]` snippet it printed.

@@ -5,7 +5,6 @@
 //! process ends. Tests skip, saying why, only when neither is possible.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -50,14 +49,6 @@ fn as_owner(bin: &Path, tool: &str) -> Command {
     } else {
         Command::new(bin.join(tool))
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A throwaway cluster under a temporary directory.
@@ -127,7 +118,8 @@ impl Cluster {
             url: String::new(),
             dir,
             bin,
-            port: free_port(),
+            // Told to postgres on its command line before it binds.
+            port: abhyasa_testkit::loopback_port(),
         };
         let c = Cluster {
             url: format!("postgres://postgres@127.0.0.1:{}/postgres", c.port),
