@@ -134,19 +134,42 @@ pub(crate) fn write_es_number(x: f64, out: &mut String) {
     } else {
         x
     };
-    // Rust's `{:e}` prints the shortest round-trip digits: d[.ddd]e<exp>
-    // (at most 17 digits, a point and a three-digit exponent).
-    let mut sci = Stack::default();
-    let _ = write!(sci, "{x:e}");
-    let sci = sci.as_str();
-    let (mant, exp) = sci.split_once('e').unwrap_or((sci, "0"));
-    // The digits without the point: the first, then the fraction.
+    // An integer below 2^53 (what payloads mostly carry) is its decimal
+    // digits: every integer there is a double, so no shorter digit string
+    // rounds to it, and ECMAScript writes an integer below 10^21 in full.
+    if x < TWO_POW_53 && x.fract() == 0.0 {
+        // Exact: x is a whole number in [1, 2^53).
+        out.push_str(itoa::Buffer::new().format(x as u64));
+        return;
+    }
+    write_es_digits(x, out);
+}
+
+/// 2^53: below it every integer is exactly a double.
+const TWO_POW_53: f64 = 9_007_199_254_740_992.0;
+
+/// [`write_es_number`] for a finite `x > 0`, by way of its shortest
+/// round-trip digits (the general case).
+fn write_es_digits(x: f64, out: &mut String) {
+    // zmij (serde_json's float writer) prints the shortest round-trip
+    // digits, as `123.45`, `0.0001`, `1.0` or `1.5e-7`: read back the
+    // significant digits and the power of ten of the first.
+    let mut buf = zmij::Buffer::new();
+    let text = buf.format_finite(x);
+    let (mant, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
     let (lead, frac) = mant.split_once('.').unwrap_or((mant, ""));
     let mut digits = Stack::default();
     digits.push_str(lead);
     digits.push_str(frac);
-    let digits = digits.as_str();
-    let e: i32 = exp.parse().unwrap_or(0);
+    let all = digits.as_str();
+    let significant = all.trim_start_matches('0');
+    let leading_zeros = (all.len() - significant.len()) as i32;
+    let digits = significant.trim_end_matches('0');
+    // The power of ten of the first significant digit.
+    let e = lead.len() as i32 - 1 + exp - leading_zeros;
     let k = digits.len() as i32;
     let n = e + 1;
     if k <= n && n <= 21 {
@@ -172,9 +195,10 @@ pub(crate) fn write_es_number(x: f64, out: &mut String) {
     }
 }
 
-/// A small string on the stack, for [`write_es_number`]'s pieces (they
-/// are ASCII and at most 24 bytes; anything longer is cut off, which a
-/// double's `{:e}` form never is).
+/// A small string on the stack, for [`write_es_number`]'s digits (ASCII,
+/// at most 17 significant digits plus the leading zeros of a form like
+/// `0.000123`; anything longer is cut off, which a double's shortest form
+/// never is).
 #[derive(Default)]
 struct Stack {
     buf: [u8; 32],
@@ -251,11 +275,25 @@ mod tests {
             small in -1e7f64..1e7,
             mant in 1u32..10_000,
             exp in -330i32..310,
+            int in 0u64..1 << 53,
+            near in 0u64..1 << 12,
+            shift in 1i32..20,
         ) {
             // Short mantissas at every exponent: each branch of the
             // rendering, with one digit and with several.
             let short: f64 = format!("{mant}e{exp}").parse().unwrap_or(0.0);
-            for x in [f64::from_bits(bits), small, small.round(), small / 1024.0, short, -short] {
+            // Integers of every size, and on both sides of 2^53 (where the
+            // integer fast path stops).
+            let big = (int | 1 << 52) as f64;
+            let edge = [
+                ((1u64 << 53) - near) as f64,
+                ((1u64 << 53) + 2 * near) as f64,
+                // Integers above 2^53, whose shortest digits are fewer
+                // than their exact ones.
+                big * 2f64.powi(shift),
+            ];
+            for x in [f64::from_bits(bits), small, small.round(), small / 1024.0, short, -short,
+                      int as f64, -(int as f64), big, edge[0], edge[1], edge[2]] {
                 if !x.is_finite() {
                     continue;
                 }
@@ -296,6 +334,25 @@ mod tests {
                 format!("{digits}e{sign}{ex}")
             } else {
                 format!("{}.{}e{sign}{ex}", &digits[..1], &digits[1..])
+            }
+        }
+    }
+
+    /// Seventeen significant digits at every power of ten (the longest
+    /// digit strings, across every switch between plain and exponent form
+    /// of the digit writer underneath), and one digit.
+    #[test]
+    fn long_and_short_digits_at_every_exponent() {
+        for exp in -324..=308 {
+            for m in ["1.2345678901234567", "9.876543210987654", "1", "5", "1.5"] {
+                let Ok(x) = format!("{m}e{exp}").parse::<f64>() else {
+                    continue;
+                };
+                if x == 0.0 || !x.is_finite() {
+                    continue;
+                }
+                assert_eq!(es_number(x), es_reference(x), "for {x:e}");
+                assert_eq!(es_number(-x), es_reference(-x), "for {:e}", -x);
             }
         }
     }

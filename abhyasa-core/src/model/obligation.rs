@@ -1,7 +1,7 @@
 //! The obligation: a message whose receiver must honor the constraint it
 //! carries.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -426,20 +426,23 @@ fn compute_digest(o: &Inner) -> Digest {
     // Strings and integers are written straight into `s` (no JSON value,
     // no temporary string per field).
     field("created_at", true, &mut s);
-    canonical::write_string(&o.created_at.to_rfc3339(), &mut s);
+    // RFC 3339 text needs no escaping: quoted as it is.
+    s.push('"');
+    o.created_at.write_rfc3339(&mut s);
+    s.push('"');
     field("deadline_seconds", false, &mut s);
-    let _ = write!(s, "{}", o.deadline_seconds);
+    s.push_str(itoa::Buffer::new().format(o.deadline_seconds));
     field("kind", false, &mut s);
     canonical::write_string(o.kind.as_str(), &mut s);
     field("max_retries", false, &mut s);
-    let _ = write!(s, "{}", o.max_retries);
+    s.push_str(itoa::Buffer::new().format(o.max_retries));
     field("obligation_id", false, &mut s);
     canonical::write_string(o.obligation_id.as_str(), &mut s);
     field("payload", false, &mut s);
     s.push_str(&o.payload.canonical);
     if let Some(seq) = o.sequence {
         field("sequence", false, &mut s);
-        let _ = write!(s, "{}", seq.0);
+        s.push_str(itoa::Buffer::new().format(seq.0));
     }
     field("target", false, &mut s);
     canonical::write_string(o.target.as_str(), &mut s);

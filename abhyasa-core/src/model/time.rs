@@ -73,8 +73,43 @@ impl Timestamp {
 
     /// Canonical RFC 3339 form: UTC, `Z`, always six fractional digits.
     pub fn to_rfc3339(self) -> String {
-        self.to_datetime()
-            .to_rfc3339_opts(SecondsFormat::Micros, true)
+        let mut out = String::with_capacity(RFC3339_LEN);
+        self.write_rfc3339(&mut out);
+        out
+    }
+
+    /// Appends [`Timestamp::to_rfc3339`] to `out`. The text is plain ASCII
+    /// (digits, `-`, `+`, `:`, `.`, `T`, `Z`): it needs no JSON escaping.
+    ///
+    /// Four-digit years (every timestamp an obligation can carry) are
+    /// written directly — this runs twice per obligation, inside its
+    /// digest; others go through chrono, which the direct form is
+    /// property-tested against.
+    pub fn write_rfc3339(self, out: &mut String) {
+        if self < Self::RFC3339_MIN || self > Self::RFC3339_MAX {
+            out.push_str(
+                &self
+                    .to_datetime()
+                    .to_rfc3339_opts(SecondsFormat::Micros, true),
+            );
+            return;
+        }
+        const DAY_US: i64 = 86_400_000_000;
+        let days = self.0.div_euclid(DAY_US);
+        let in_day = self.0.rem_euclid(DAY_US);
+        let (year, month, day) = civil_from_days(days);
+        let secs = in_day / 1_000_000;
+        let micros = in_day % 1_000_000;
+        let mut b = *b"0000-00-00T00:00:00.000000Z";
+        put_digits(&mut b[0..4], year);
+        put_digits(&mut b[5..7], month);
+        put_digits(&mut b[8..10], day);
+        put_digits(&mut b[11..13], secs / 3600);
+        put_digits(&mut b[14..16], secs / 60 % 60);
+        put_digits(&mut b[17..19], secs % 60);
+        put_digits(&mut b[20..26], micros);
+        // Only ASCII digits were written over an ASCII template.
+        out.push_str(std::str::from_utf8(&b).unwrap_or_default());
     }
 
     /// `self + d`, saturating at the end of time.
@@ -94,6 +129,33 @@ impl Timestamp {
         let diff = self.0.saturating_sub(earlier.0);
         Duration::from_micros(u64::try_from(diff).unwrap_or(0))
     }
+}
+
+/// The length of a four-digit-year [`Timestamp::to_rfc3339`].
+const RFC3339_LEN: usize = 27;
+
+/// Writes `n` (non-negative, fewer digits than `out` is long) into `out`
+/// as zero-padded decimal.
+fn put_digits(out: &mut [u8], mut n: i64) {
+    for d in out.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// The proleptic Gregorian (year, month, day) of `days` since 1970-01-01
+/// (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11], March first
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 impl fmt::Display for Timestamp {
@@ -138,5 +200,60 @@ mod tests {
         assert!(Timestamp::parse_rfc3339("created_at", "2026-06-09T12:00:00.1234567Z").is_err());
         assert!(Timestamp::parse_rfc3339("created_at", "2026-06-09T12:00:00.1234560Z").is_ok());
         assert_eq!(c.to_rfc3339(), "2026-06-09T12:00:00.123456Z");
+    }
+
+    /// chrono's form, which the direct writer must reproduce exactly (it
+    /// is hashed into every obligation's digest).
+    fn by_chrono(t: Timestamp) -> String {
+        t.to_datetime().to_rfc3339_opts(SecondsFormat::Micros, true)
+    }
+
+    #[test]
+    fn the_edges_of_four_digit_years_and_of_days() {
+        for us in [
+            Timestamp::RFC3339_MIN.0,
+            Timestamp::RFC3339_MIN.0 + 1,
+            Timestamp::RFC3339_MAX.0,
+            Timestamp::RFC3339_MAX.0 - 1,
+            Timestamp::RFC3339_MIN.0 - 1,
+            Timestamp::RFC3339_MAX.0 + 1,
+            0,
+            -1,
+            1,
+            86_400_000_000 - 1,
+            -86_400_000_000,
+            951_782_400_000_000,   // 2000-02-29
+            4_107_542_400_000_000, // 2100-03-01 (2100 is not a leap year)
+            -2_203_891_200_000_001,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let t = Timestamp(us);
+            assert_eq!(t.to_rfc3339(), by_chrono(t), "{us}");
+        }
+        assert_eq!(
+            Timestamp::RFC3339_MIN.to_rfc3339(),
+            "0000-01-01T00:00:00.000000Z"
+        );
+        assert_eq!(
+            Timestamp::RFC3339_MAX.to_rfc3339(),
+            "9999-12-31T23:59:59.999999Z"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn writes_what_chrono_writes(
+            us in Timestamp::RFC3339_MIN.0 - 1_000_000..=Timestamp::RFC3339_MAX.0 + 1_000_000,
+        ) {
+            let t = Timestamp(us);
+            proptest::prop_assert_eq!(t.to_rfc3339(), by_chrono(t));
+        }
+
+        #[test]
+        fn writes_what_chrono_writes_anywhere(us: i64) {
+            let t = Timestamp(us);
+            proptest::prop_assert_eq!(t.to_rfc3339(), by_chrono(t));
+        }
     }
 }
