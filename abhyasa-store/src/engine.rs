@@ -143,8 +143,9 @@ pub(crate) trait Txn {
     }
 
     /// [`Txn::put_over`] of a row the caller has just encoded from a
-    /// typed row whose index [`Facts`] it passes along: [`crate::index::Indexed`] derives the new index entries from
-    /// them instead of decoding `v` again (issue 14). Checked against the
+    /// typed row whose index [`Facts`] it passes along:
+    /// [`crate::index::Indexed`] derives the new index entries from them
+    /// instead of decoding `v` again (issue 14). Checked against the
     /// bytes wherever debug assertions are on (the storage suite).
     fn put_known(
         &mut self,

@@ -63,14 +63,18 @@ pub enum Tuned {
 /// environment sets it. Call it first thing in `main`, before any thread
 /// is started: mimalloc's option setter is not thread-safe.
 pub fn tune() -> Tuned {
-    if PURGE_DELAY_ENV
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-    {
+    if delay_from_env() {
         return Tuned::PurgeDelayFromEnv;
     }
     set_option(PURGE_DELAY, PURGE_DELAY_MS);
     Tuned::PurgeDelaySet
+}
+
+/// Whether the environment sets the purge delay.
+fn delay_from_env() -> bool {
+    PURGE_DELAY_ENV
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
 }
 
 /// mimalloc's current purge delay, in milliseconds (`-1`: never purge).
@@ -114,10 +118,7 @@ mod tests {
     // One test, so no other test thread touches the options meanwhile.
     #[test]
     fn tune_sets_the_purge_delay_and_the_index_is_that_option() {
-        if PURGE_DELAY_ENV
-            .iter()
-            .any(|v| std::env::var_os(v).is_some())
-        {
+        if delay_from_env() {
             assert_eq!(tune(), Tuned::PurgeDelayFromEnv);
             return;
         }

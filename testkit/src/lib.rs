@@ -21,7 +21,8 @@ use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// Where ports are picked from when the ephemeral range cannot be read.
+/// The lowest port picked (1,024 instead where the ephemeral range starts
+/// below `LOW + 1,000`).
 const LOW: u16 = 20_000;
 /// Linux's default lower bound of the ephemeral range.
 const DEFAULT_EPHEMERAL_LOW: u16 = 32_768;
@@ -47,17 +48,17 @@ pub fn ephemeral_low() -> u16 {
 /// collisions), or when every candidate is in use.
 pub fn loopback_port() -> u16 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    // One starting point per process: every caller walks the same
-    // sequence, each from its own step of it.
-    static START: OnceLock<u64> = OnceLock::new();
-    let start = *START.get_or_init(|| {
+    // One range and one starting point per process: every caller walks
+    // the same sequence, each from its own step of it.
+    static WALK: OnceLock<(u16, u64)> = OnceLock::new();
+    let (high, start) = *WALK.get_or_init(|| {
         let seed = u64::from(std::process::id())
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::from(d.subsec_nanos()));
-        seed.wrapping_mul(2_654_435_761)
+        (ephemeral_low(), seed.wrapping_mul(2_654_435_761))
     });
-    pick(ephemeral_low(), start, &NEXT)
+    pick(high, start, &NEXT)
 }
 
 /// The first port of the walk from `start` (counted by `next`) below
@@ -69,11 +70,7 @@ fn pick(high: u16, start: u64, next: &AtomicU64) -> u16 {
         "the ephemeral range starts at {high}: too few ports below it for tests"
     );
     let span = u64::from(high - low);
-    // A step coprime with the span visits every port before repeating.
-    let step = [7_919, 7_907, 7_901, 1]
-        .into_iter()
-        .find(|s| gcd(*s, span) == 1)
-        .unwrap_or(1);
+    let step = step(span);
     for _ in 0..span {
         let n = next.fetch_add(1, Ordering::Relaxed);
         let offset = start.wrapping_add(n.wrapping_mul(step)) % span;
@@ -85,6 +82,15 @@ fn pick(high: u16, start: u64, next: &AtomicU64) -> u16 {
         }
     }
     panic!("no free loopback port in {low}..{high}")
+}
+
+/// A step of the walk over `span` ports: coprime with it, so the walk
+/// visits every port before repeating.
+fn step(span: u64) -> u64 {
+    [7_919, 7_907, 7_901]
+        .into_iter()
+        .find(|s| gcd(*s, span) == 1)
+        .unwrap_or(1)
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -138,10 +144,7 @@ mod tests {
     #[test]
     fn the_walk_visits_every_port() {
         for span in [12_768u64, 7_919 * 2, 1_000] {
-            let step = [7_919, 7_907, 7_901, 1]
-                .into_iter()
-                .find(|s| gcd(*s, span) == 1)
-                .unwrap();
+            let step = step(span);
             let seen: HashSet<u64> = (0..span).map(|n| (n * step) % span).collect();
             assert_eq!(seen.len() as u64, span);
         }

@@ -766,26 +766,29 @@ impl Env {
         } else {
             (self.alice_id.clone(), self.bob_id.clone())
         };
-        // Bob listens (on the same port across restarts, one the kernel
-        // hands no other socket while he is down); alice dials him.
-        let listen: SocketAddr = match (is_bob, self.bob_addr) {
-            (true, Some(a)) => a,
-            (true, None) => SocketAddr::from(([127, 0, 0, 1], loopback_port())),
-            (false, _) => "127.0.0.1:0".parse()?,
+        // Over QUIC and WebSocket bob listens (on the same port across
+        // restarts, one the kernel hands no other socket while he is down);
+        // alice dials him.
+        let listen = || -> SocketAddr {
+            match (is_bob, self.bob_addr) {
+                (true, Some(a)) => a,
+                (true, None) => SocketAddr::from(([127, 0, 0, 1], loopback_port())),
+                (false, _) => SocketAddr::from(([127, 0, 0, 1], 0)),
+            }
         };
         let dial = if is_bob { None } else { self.bob_addr };
         let t = match self.backend.net {
             Net::Mem => self.mem.join(agent(me), LinkConfig::default()).await?,
             Net::Quic => {
                 abhyasa_quic::start(
-                    QuicConfig::new(agent(me), my_id, listen)
+                    QuicConfig::new(agent(me), my_id, listen())
                         .with_peer(peer_id.pin(agent(peer)), dial),
                 )
                 .await?
             }
             Net::Ws => {
                 abhyasa_ws::start(
-                    WsConfig::new(agent(me), my_id, Some(listen))
+                    WsConfig::new(agent(me), my_id, Some(listen()))
                         .with_peer(peer_id.pin(agent(peer)), dial.map(|a| format!("ws://{a}"))),
                 )
                 .await?

@@ -2,6 +2,9 @@
 //! HTTP) and a custodian node reaching a receiver only over HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Listening ports fixed before the listener binds (a peer's config names
+// them): ones the kernel hands no other socket meanwhile.
+use abhyasa_testkit::loopback_port;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -59,12 +62,6 @@ fn profiles() -> Vec<abhyasa_core::KindProfile> {
         &RetryBackoff::DEFAULT,
     )
     .unwrap()]
-}
-
-/// A port fixed before its listener binds (a peer's config names it):
-/// one the kernel hands no other socket meanwhile (see `abhyasa_testkit`).
-fn free_port() -> u16 {
-    abhyasa_testkit::loopback_port()
 }
 
 struct Receiver {
@@ -558,7 +555,7 @@ fn fast_options(name: &str) -> NodeOptions {
 // POST to the custodian's /abhyasa/custody_ack (C-TR-1 over HTTP).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custodian_node_over_http_applied_and_deferred_then_final() {
-    let (a_port, b_port) = (free_port(), free_port());
+    let (a_port, b_port) = (loopback_port(), loopback_port());
     let a_url = format!("http://127.0.0.1:{a_port}");
     let b_url = format!("http://127.0.0.1:{b_port}");
     let bob = receiver(
@@ -751,7 +748,7 @@ async fn lossy_hop(
 // applied or escalated, none is applied twice, and most get through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_tr_1_http_lossy_hop_delivers_or_reports() {
-    let a_port = free_port();
+    let a_port = loopback_port();
     let a_url = format!("http://127.0.0.1:{a_port}");
     let bob = receiver(
         vec![HttpPeer {

@@ -7,6 +7,9 @@
 //! obligation terminal, none applied twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Listening ports fixed before the listener binds (a peer's config names
+// them): ones the kernel hands no other socket meanwhile.
+use abhyasa_testkit::loopback_port;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,12 +134,6 @@ async fn lossy_proxy(upstream: String, seed: u64) -> (String, Arc<ProxyStats>) {
     (url, stats)
 }
 
-/// A port fixed before its listener binds (a peer's config names it):
-/// one the kernel hands no other socket meanwhile (see `abhyasa_testkit`).
-fn free_port() -> u16 {
-    abhyasa_testkit::loopback_port()
-}
-
 fn profiles() -> Vec<abhyasa_core::KindProfile> {
     vec![kind_profile(
         Kind::new("anumati.consent").unwrap(),
@@ -158,7 +155,7 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7u64);
-    let (a_port, b_port) = (free_port(), free_port());
+    let (a_port, b_port) = (loopback_port(), loopback_port());
     let (to_bob, bob_hop) = lossy_proxy(format!("http://127.0.0.1:{b_port}"), seed).await;
     let (to_alice, alice_hop) =
         lossy_proxy(format!("http://127.0.0.1:{a_port}"), seed ^ 0x5eed).await;
@@ -202,7 +199,7 @@ async fn c_tr_1_custody_over_a_lossy_http_hop() {
 
     // alice: the custodian, reaching bob through the hop and a dead
     // receiver "dave" (nothing listens at its endpoint).
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead = format!("http://127.0.0.1:{}", loopback_port());
     let mut cfg = HttpConfig::loopback(
         "alice",
         vec![

@@ -4,6 +4,9 @@
 //! certificate. Plain HTTP only when explicitly configured on loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Listening ports fixed before the listener binds (a peer's config names
+// them): ones the kernel hands no other socket meanwhile.
+use abhyasa_testkit::loopback_port;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -451,19 +454,13 @@ fn fast_options(name: &str) -> NodeOptions {
     o
 }
 
-/// A port fixed before its listener binds (a peer's config names it):
-/// one the kernel hands no other socket meanwhile (see `abhyasa_testkit`).
-fn free_port() -> u16 {
-    abhyasa_testkit::loopback_port()
-}
-
 // Node to node over HTTPS with mutual TLS, no bearer credential anywhere:
 // applied synchronously, and deferred-then-final through bob's pinned
 // HTTPS POST to alice's /abhyasa/custody_ack (C-TR-1 over the binding).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_to_node_over_mtls_applied_and_deferred_then_final() {
     let (alice_id, bob_id) = (ident("alice"), ident("bob"));
-    let a_port = free_port();
+    let a_port = loopback_port();
     let mut to_alice = peer("alice", Some(alice_id.fingerprint), None);
     to_alice.custody_ack_endpoint = Some(format!("https://127.0.0.1:{a_port}/abhyasa/custody_ack"));
     let bob = receiver("bob", bob_id.clone(), vec![to_alice]).await;

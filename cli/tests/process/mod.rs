@@ -53,9 +53,7 @@ pub(crate) fn json(args: &[&str]) -> Value {
 
 /// A loopback port free for both UDP (QUIC) and TCP (HTTP, WebSocket),
 /// below the kernel's ephemeral range (see `abhyasa_testkit`).
-pub(crate) fn free_port() -> u16 {
-    abhyasa_testkit::loopback_port()
-}
+pub(crate) use abhyasa_testkit::loopback_port as free_port;
 
 /// `init`, returning the `[[peers]]` snippet it printed.
 pub(crate) fn init(dir: &Path, agent: &str, port: u16) -> String {
