@@ -6,14 +6,17 @@
 //! runs over redb's); only the storage differs:
 //!
 //! - **One write and one `fdatasync` per commit.** A commit's write set
-//!   (every put and delete, in table and key order) is encoded as one log
+//!   (every put and delete, in the order the commit made them) is encoded as one log
 //!   record — `len: u32 LE | crc: u32 LE | payload`, the CRC-32 taken over
 //!   the generation, the record's offset, `len` and the payload, so a
 //!   record copied elsewhere (or written inside an obligation's payload)
 //!   never checks — and
 //!   appended to the current log file, which is synced before the commit
-//!   returns. Only then are the writes applied to the in-memory tables, so
-//!   a read never sees a commit that is not durable.
+//!   returns. The commit writes the in-memory tables as it goes, keeping
+//!   each replaced row; if it fails, or its record cannot be written and
+//!   synced, the rows are put back before the commit returns, so a read
+//!   (reads run after commits, on the same thread) never sees a commit
+//!   that is not durable.
 //! - **Reads answer from memory.** Every table lives in a `BTreeMap` of raw
 //!   rows: the commit path never reads the disk.
 //! - **Checkpoints.** When the logs since the snapshot in force have grown
@@ -437,17 +440,25 @@ fn table_byte(t: Table) -> Result<u8, StoreError> {
 }
 
 /// Appends one write of a commit to a record's payload: a put (`Some`)
-/// or a delete (`None`), as [`decode_ops`] reads it.
-fn push_op(out: &mut Vec<u8>, t: Table, k: &[u8], v: Option<&[u8]>) -> Result<(), StoreError> {
+/// or a delete (`None`), as [`decode_ops`] reads it. Returns where in
+/// `out` the key now is.
+fn push_op(
+    out: &mut Vec<u8>,
+    t: Table,
+    k: &[u8],
+    v: Option<&[u8]>,
+) -> Result<std::ops::Range<usize>, StoreError> {
+    let t = table_byte(t)?;
     out.push(if v.is_some() { OP_PUT } else { OP_DEL });
-    out.push(table_byte(t)?);
+    out.push(t);
     put_len(out, k.len())?;
+    let at = out.len();
     out.extend_from_slice(k);
     if let Some(v) = v {
         put_len(out, v.len())?;
         out.extend_from_slice(v);
     }
-    Ok(())
+    Ok(at..at + k.len())
 }
 
 /// Fills in the header of `rec` (a [`HEADER`]'s room, then the payload)
@@ -589,28 +600,68 @@ fn listing(names: Vec<String>) -> Listing {
     l
 }
 
-/// A write transaction: the writes, by table, over the committed tables.
+/// A write transaction. Its writes go straight to the in-memory tables,
+/// each encoded into the commit's record as it is made and remembered in
+/// `undo` with the row it replaced; [`LogStore::transact`] puts the rows
+/// back if the transaction fails or its record cannot be made durable.
+/// (Only the store's own thread, inside `transact`, sees the tables
+/// between a write and its sync.)
 struct LogTxn<'a> {
-    base: &'a [Rows],
-    writes: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    tables: &'a mut [Rows],
+    /// The commit's record: a header's room, then the writes as made.
+    rec: &'a mut Vec<u8>,
+    undo: Vec<Undo>,
+}
+
+/// How to take back one write: the row `key` (a range of the record, where
+/// the write encoded it) held before it, or `None` if it had none.
+struct Undo {
+    t: Table,
+    key: std::ops::Range<usize>,
+    old: Option<Box<[u8]>>,
 }
 
 impl Txn for LogTxn<'_> {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(w) = self.writes[t.index()].get(k) {
-            return Ok(w.clone());
-        }
-        Ok(self.base[t.index()].get(k).map(|v| v.to_vec()))
+        Ok(self.tables[t.index()].get(k).map(|v| v.to_vec()))
     }
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
-        self.writes[t.index()].insert(k.to_vec(), Some(v.to_vec()));
+        let key = push_op(self.rec, t, k, Some(v))?;
+        let old = self.tables[t.index()].insert(k.into(), v.into());
+        self.undo.push(Undo { t, key, old });
         Ok(())
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
-        self.writes[t.index()].insert(k.to_vec(), None);
+        // Deleting an absent row changes nothing: nothing to log or undo.
+        let Some(old) = self.tables[t.index()].remove(k) else {
+            return Ok(());
+        };
+        let key = push_op(self.rec, t, k, None)?;
+        self.undo.push(Undo {
+            t,
+            key,
+            old: Some(old),
+        });
         Ok(())
+    }
+}
+
+/// Takes back a failed transaction's writes, newest first, so `tables`
+/// are as they were before it.
+fn roll_back(tables: &mut [Rows], rec: &[u8], undo: Vec<Undo>) {
+    for u in undo.into_iter().rev() {
+        let rows = &mut tables[u.t.index()];
+        let k = &rec[u.key];
+        match u.old {
+            Some(v) => {
+                rows.insert(k.into(), v);
+            }
+            None => {
+                rows.remove(k);
+            }
+        }
     }
 }
 
@@ -771,7 +822,10 @@ impl LogStore {
     }
 
     /// Runs `f` over a transaction; if it succeeds, writes its write set
-    /// as one log record, syncs it, and only then applies it.
+    /// as one log record and syncs it. The writes are in the tables from
+    /// the moment `f` makes them; if `f` fails, or the record cannot be
+    /// written and synced, they are taken back before this returns, so
+    /// no read (all come after it) sees a commit that is not durable.
     fn transact<T>(
         &mut self,
         f: impl FnOnce(&mut LogTxn<'_>) -> Result<T, StoreError>,
@@ -784,51 +838,51 @@ impl LogStore {
                 )),
             });
         }
-        let mut txn = LogTxn {
-            base: &self.tables,
-            writes: Table::ALL.iter().map(|_| BTreeMap::new()).collect(),
-        };
-        let out = f(&mut txn)?;
-        let writes = txn.writes;
         let mut rec = vec![0u8; HEADER];
-        for t in Table::ALL {
-            for (k, v) in &writes[t.index()] {
-                push_op(&mut rec, t, k, v.as_deref())?;
+        let mut txn = LogTxn {
+            tables: &mut self.tables,
+            rec: &mut rec,
+            undo: Vec::new(),
+        };
+        let out = f(&mut txn);
+        let undo = txn.undo;
+        // The record, sealed, unless the transaction wrote nothing.
+        let sealed = out.and_then(|out| {
+            if rec.len() == HEADER {
+                return Ok((out, false));
             }
-        }
-        if rec.len() == HEADER {
-            return Ok(out);
-        }
-        let at = usize::try_from(self.log_bytes).map_err(|_| StoreError::Unwritable {
-            table: "log",
-            key: String::new(),
-            detail: "the log is longer than this machine can address".into(),
-        })?;
-        seal(&mut rec, self.gen, at)?;
+            let at = usize::try_from(self.log_bytes).map_err(|_| StoreError::Unwritable {
+                table: "log",
+                key: String::new(),
+                detail: "the log is longer than this machine can address".into(),
+            })?;
+            seal(&mut rec, self.gen, at)?;
+            Ok((out, true))
+        });
+        let out = match sealed {
+            Ok((out, true)) => out,
+            Ok((out, false)) => return Ok(out),
+            Err(e) => {
+                roll_back(&mut self.tables, &rec, undo);
+                return Err(e);
+            }
+        };
         let name = log_name(self.gen);
         if let Err(e) = self
             .disk
             .append(&name, &rec)
             .and_then(|()| self.disk.sync(&name))
         {
+            roll_back(&mut self.tables, &rec, undo);
             self.poisoned = Some(format!("writing the log failed: {e}"));
             return Err(StoreError::Io {
                 op: "append to the log",
                 source: e,
             });
         }
+        drop(undo);
         self.log_bytes += rec.len() as u64;
         self.logged_since_snap += rec.len() as u64;
-        for (t, w) in Table::ALL.into_iter().zip(writes) {
-            for (k, v) in w {
-                apply(
-                    &mut self.tables,
-                    t,
-                    k.into_boxed_slice(),
-                    v.map(Vec::into_boxed_slice),
-                );
-            }
-        }
         // The commit is durable already: a failed checkpoint step does not
         // undo it, but the files' state is then unknown (see `poisoned`).
         if let Err(e) = self.checkpoint_step(rec.len()) {
@@ -1073,6 +1127,159 @@ mod tests {
         log[HEADER + 3] ^= 0x40;
         let err = replay("log-0", 0, &log, &mut empty_tables()).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    }
+
+    /// Files in memory, shared by clones (so a store can be reopened on
+    /// what an earlier one wrote), with writes or syncs made to fail.
+    #[derive(Debug, Clone, Default)]
+    struct MemDisk(std::sync::Arc<std::sync::Mutex<MemFiles>>);
+
+    #[derive(Debug, Default)]
+    struct MemFiles {
+        files: BTreeMap<String, Vec<u8>>,
+        fail_append: bool,
+        fail_sync: bool,
+    }
+
+    impl MemDisk {
+        fn files(&self) -> std::sync::MutexGuard<'_, MemFiles> {
+            self.0.lock().unwrap()
+        }
+        fn bytes(&self) -> usize {
+            self.files().files.values().map(Vec::len).sum()
+        }
+    }
+
+    impl LogDisk for MemDisk {
+        fn list(&self) -> io::Result<Vec<String>> {
+            Ok(self.files().files.keys().cloned().collect())
+        }
+        fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+            Ok(self.files().files.get(name).cloned())
+        }
+        fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+            let mut f = self.files();
+            if f.fail_append {
+                return Err(io::Error::other("append refused"));
+            }
+            f.files
+                .entry(name.into())
+                .or_default()
+                .extend_from_slice(data);
+            Ok(())
+        }
+        fn sync(&mut self, _: &str) -> io::Result<()> {
+            if self.files().fail_sync {
+                return Err(io::Error::other("sync refused"));
+            }
+            Ok(())
+        }
+        fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+            if let Some(b) = self.files().files.get_mut(name) {
+                b.truncate(usize::try_from(len).unwrap());
+            }
+            Ok(())
+        }
+        fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+            let mut f = self.files();
+            let b = f.files.remove(from).ok_or(io::ErrorKind::NotFound)?;
+            f.files.insert(to.into(), b);
+            Ok(())
+        }
+        fn remove(&mut self, name: &str) -> io::Result<()> {
+            self.files().files.remove(name);
+            Ok(())
+        }
+        fn sync_dir(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A transaction that writes one key several times, deletes a row it
+    /// wrote and one that was never there, and replaces a committed row.
+    fn churn(t: &mut LogTxn<'_>) -> Result<(), StoreError> {
+        t.put(Table::Meta, b"x.a", b"2")?;
+        t.put(Table::Meta, b"x.a", b"3")?;
+        t.put(Table::Meta, b"x.c", b"gone")?;
+        t.del(Table::Meta, b"x.c")?;
+        t.del(Table::Meta, b"x.never")?;
+        t.del(Table::Meta, b"x.b")?;
+        t.put(Table::Pending, b"x.d", b"4")?;
+        assert_eq!(
+            t.get(Table::Meta, b"x.a")?.as_deref(),
+            Some(b"3".as_slice())
+        );
+        assert_eq!(t.get(Table::Meta, b"x.c")?, None);
+        Ok(())
+    }
+
+    fn seeded(disk: &MemDisk) -> LogStore {
+        let mut s = LogStore::open_on(disk.clone(), LogOptions::default()).unwrap();
+        s.transact(|t| {
+            t.put(Table::Meta, b"x.a", b"1")?;
+            t.put(Table::Meta, b"x.b", b"1")
+        })
+        .unwrap();
+        s
+    }
+
+    #[test]
+    fn a_failed_transaction_or_write_leaves_the_tables_as_they_were() {
+        let disk = MemDisk::default();
+        let mut s = seeded(&disk);
+        let before = s.tables.clone();
+        let written = disk.bytes();
+
+        // The transaction itself fails after its writes.
+        let err = s
+            .transact(|t| {
+                churn(t)?;
+                Err::<(), _>(StoreError::Unwritable {
+                    table: "meta",
+                    key: String::new(),
+                    detail: "refused by the test".into(),
+                })
+            })
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+        assert_eq!(s.tables, before);
+        assert_eq!(disk.bytes(), written);
+
+        // Its record cannot be written: taken back, and the store poisoned.
+        disk.files().fail_append = true;
+        assert!(s.transact(churn).is_err());
+        assert_eq!(s.tables, before);
+        disk.files().fail_append = false;
+        assert!(s.transact(churn).is_err(), "a poisoned store commits");
+        assert_eq!(s.tables, before);
+
+        // Written but not synced: taken back too.
+        let mut s = LogStore::open_on(disk.clone(), LogOptions::default()).unwrap();
+        assert_eq!(s.tables, before);
+        disk.files().fail_sync = true;
+        assert!(s.transact(churn).is_err());
+        assert_eq!(s.tables, before);
+    }
+
+    #[test]
+    fn a_commit_replays_to_the_tables_it_left() {
+        let disk = MemDisk::default();
+        let mut s = seeded(&disk);
+        let written = disk.bytes();
+        // Deleting a row that is not there writes nothing.
+        s.transact(|t| t.del(Table::Meta, b"x.never")).unwrap();
+        assert_eq!(disk.bytes(), written);
+
+        s.transact(churn).unwrap();
+        let rows = &s.tables[Table::Meta.index()];
+        assert_eq!(
+            rows.get(b"x.a".as_slice()).map(|v| &v[..]),
+            Some(b"3".as_slice())
+        );
+        assert!(!rows.contains_key(b"x.b".as_slice()));
+        assert!(!rows.contains_key(b"x.c".as_slice()));
+        let reopened = LogStore::open_on(disk.clone(), LogOptions::default()).unwrap();
+        assert_eq!(reopened.tables, s.tables);
     }
 
     #[test]
