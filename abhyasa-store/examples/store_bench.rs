@@ -257,11 +257,13 @@ impl LogDisk for MemDisk {
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         Ok(self.0.get(name).cloned())
     }
-    fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
-        self.0
-            .entry(name.to_string())
-            .or_default()
-            .extend_from_slice(data);
+    fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
+        let f = self.0.entry(name.to_string()).or_default();
+        let at = usize::try_from(at).map_err(io::Error::other)?;
+        if f.len() < at + data.len() {
+            f.resize(at + data.len(), 0);
+        }
+        f[at..at + data.len()].copy_from_slice(data);
         Ok(())
     }
     fn sync(&mut self, _: &str) -> io::Result<()> {

@@ -134,8 +134,8 @@ impl Kind {
 }
 
 /// Writes `value` (or deletes, `None`) at `key` of `table` in the log
-/// store in `dir`, as the store itself would: one record appended to its
-/// current log, framed and checksummed as `log_store.rs` documents
+/// store in `dir`, as the store itself would: one record written after
+/// the last commit of its current log, framed and checksummed as `log_store.rs` documents
 /// (`len | crc32(gen, offset, len, payload) | payload`). The tests use it
 /// to plant rows the store would never write.
 pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<&[u8]>) {
@@ -151,7 +151,18 @@ pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<
         .max()
         .unwrap();
     let path = dir.join(format!("log-{gen}"));
-    let offset = std::fs::metadata(&path).unwrap().len();
+    // The end of its last commit: the store grows a log with zeros ahead
+    // of its commits, and a zero length ends the walk.
+    let b = std::fs::read(&path).unwrap();
+    let mut end = 0usize;
+    while let Some(h) = b.get(end..end + 4) {
+        let len = u32::from_le_bytes(h.try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        end += 8 + len;
+    }
+    let offset = u64::try_from(end).unwrap();
     let mut p = vec![
         if value.is_some() { 1u8 } else { 2 },
         u8::try_from(t).unwrap(),
@@ -171,11 +182,9 @@ pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<
     let mut rec = len.to_vec();
     rec.extend_from_slice(&h.finalize().to_le_bytes());
     rec.extend_from_slice(&p);
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .unwrap();
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(&rec).unwrap();
     f.sync_data().unwrap();
 }
