@@ -6,12 +6,12 @@
 //! runs over redb's); only the storage differs:
 //!
 //! - **One write and one `fdatasync` per commit.** A commit's write set
-//!   (every put and delete, in the order the commit made them) is encoded as one log
-//!   record — `len: u32 LE | crc: u32 LE | payload`, the CRC-32 taken over
-//!   the generation, the record's offset, `len` and the payload, so a
-//!   record copied elsewhere (or written inside an obligation's payload)
-//!   never checks — and
-//!   appended to the current log file, which is synced before the commit
+//!   (every put and delete, in the order the commit made them) is encoded
+//!   as one log record — `len: u32 LE | crc: u32 LE | payload`, the CRC-32
+//!   taken over the generation, the record's offset, `len` and the
+//!   payload, so a record copied elsewhere (or written inside an
+//!   obligation's payload) never checks — and written after the last
+//!   commit of the current log file, which is synced before the commit
 //!   returns. The commit writes the in-memory tables as it goes, keeping
 //!   each replaced row; if it fails, or its record cannot be written and
 //!   synced, the rows are put back before the commit returns, so a read
@@ -1421,6 +1421,26 @@ mod tests {
         assert_eq!(log_len(&disk, &s), usize::try_from(s.log_bytes).unwrap());
     }
 
+    /// A store on a fresh disk, committed to until a checkpoint has
+    /// started: `log-0` (its last commit followed by zeros) and `log-1`
+    /// are then both the state.
+    fn mid_checkpoint(options: &LogOptions) -> (MemDisk, LogStore) {
+        let disk = MemDisk::default();
+        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        let mut i = 0u8;
+        while s.gen == 0 {
+            put_meta(&mut s, &[b'k', i], 100);
+            i += 1;
+        }
+        assert!(s.checkpoint.is_some());
+        let f = disk.files();
+        let log0 = &f.files[&log_name(0)];
+        let end = replay("log-0", 0, log0, &mut empty_tables()).unwrap();
+        assert!(end < log0.len() && log0[end..].iter().all(|&x| x == 0));
+        drop(f);
+        (disk, s)
+    }
+
     #[test]
     fn an_older_log_ending_in_zeros_opens_and_one_ending_in_bytes_is_refused() {
         let options = LogOptions {
@@ -1428,31 +1448,15 @@ mod tests {
             checkpoint_chunk_bytes: 1,
             preallocate_bytes: 4096,
         };
-        let disk = MemDisk::default();
-        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
-        let mut i = 0u8;
-        while s.gen == 0 {
-            put_meta(&mut s, &[b'k', i], 100);
-            i += 1;
-        }
-        // Stopped mid-checkpoint: log-0 (zeros after its last commit) and
-        // log-1 are both the state.
-        assert!(s.checkpoint.is_some());
+        let (disk, s) = mid_checkpoint(&options);
         let tables = s.tables.clone();
         drop(s);
-        assert!(disk.files().files.contains_key(&log_name(0)));
         let s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
         assert_eq!(s.tables, tables);
         drop(s);
 
         // The same with a stray byte after log-0's last commit.
-        let disk = MemDisk::default();
-        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
-        let mut i = 0u8;
-        while s.gen == 0 {
-            put_meta(&mut s, &[b'k', i], 100);
-            i += 1;
-        }
+        let (disk, s) = mid_checkpoint(&options);
         drop(s);
         let mut f = disk.files();
         let log0 = f.files.get_mut(&log_name(0)).unwrap();
