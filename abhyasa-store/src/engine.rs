@@ -158,6 +158,16 @@ pub(crate) trait Txn {
         let _ = facts;
         self.put_over(t, k, old, v)
     }
+
+    /// [`Txn::del`] of the pending row `k`, whose obligation's absolute
+    /// deadline (`deadline_at`, microseconds) the caller knows:
+    /// [`crate::index::Indexed`] finds the row's index entries from it
+    /// instead of decoding the row (issue 14). Checked against the row
+    /// wherever debug assertions are on (the storage suite).
+    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<(), StoreError> {
+        let _ = deadline_at;
+        self.del(Table::Pending, k)
+    }
 }
 
 /// A visitor of `(key, value)` entries; returns `false` to stop.
@@ -447,7 +457,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             // escalation go into this one transaction, and a second close
             // finds the terminal mark and changes nothing.
             let k = c.obligation_id.as_str().as_bytes();
-            txn.del(Table::Pending, k)?;
+            txn.del_pending(k, c.deadline_at.unix_micros())?;
             if txn.get(Table::Terminal, k)?.is_none() {
                 for w in &c.principal {
                     put_principal(txn, w)?;

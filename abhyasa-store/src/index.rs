@@ -101,6 +101,12 @@ pub(crate) fn time_key(micros: i64) -> [u8; 8] {
     ((micros as u64) ^ (1 << 63)).to_be_bytes()
 }
 
+/// The index entry of a deferred pending row: its obligation's deadline
+/// and id.
+pub(crate) fn deferred_custody_key(deadline_at: i64, id: &[u8]) -> Vec<u8> {
+    deadline_key(CUSTODY_DEFERRED, deadline_at, id)
+}
+
 fn deadline_key(prefix: u8, micros: i64, rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + rest.len());
     k.push(prefix);
@@ -185,7 +191,7 @@ fn derive_facts(k: &[u8], f: Facts) -> Derived {
         } => {
             d.counts.push(Counter::Pending);
             if deferred {
-                d.keys.push(deadline_key(CUSTODY_DEFERRED, deadline_at, k));
+                d.keys.push(deferred_custody_key(deadline_at, k));
             }
         }
         Facts::Terminal(st) => {
@@ -449,6 +455,35 @@ impl Txn for Indexed<'_> {
         };
         self.inner.put(t, k, v)?;
         self.moved(before, after)
+    }
+
+    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<(), StoreError> {
+        const T: Table = Table::Pending;
+        if self.inner.get(T, k)?.is_none() {
+            return Ok(());
+        }
+        // A pending row is indexed under its deadline only while deferred.
+        let deferred = self
+            .inner
+            .get(Table::Index, &deferred_custody_key(deadline_at, k))?
+            .is_some();
+        let facts = Facts::Pending {
+            deferred,
+            deadline_at,
+        };
+        // The caller's promise, checked wherever debug assertions are on:
+        // a wrong deadline would leave a deferred row's index entry behind.
+        debug_assert_eq!(
+            self.inner
+                .get(T, k)?
+                .map(|old| Facts::read(T, k, &old))
+                .transpose()?
+                .flatten(),
+            Some(facts),
+            "del_pending with a deadline that is not the row's"
+        );
+        self.inner.del(T, k)?;
+        self.moved(derive_facts(k, facts), Derived::default())
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {

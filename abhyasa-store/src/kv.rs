@@ -173,7 +173,15 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
                     &mut out,
                     c.obligation_id.as_str(),
                     &[Table::Pending, Table::Terminal],
-                )
+                );
+                // Whether the pending row was deferred (`Txn::del_pending`).
+                out.push((
+                    KvTable(Table::Index),
+                    crate::index::deferred_custody_key(
+                        c.deadline_at.unix_micros(),
+                        c.obligation_id.as_str().as_bytes(),
+                    ),
+                ));
             }
             Record::BestEffortSent {
                 summary,
