@@ -135,9 +135,9 @@ impl Kind {
 
 /// Writes `value` (or deletes, `None`) at `key` of `table` in the log
 /// store in `dir`, as the store itself would: one record written after
-/// the last commit of its current log, framed and checksummed as `log_store.rs` documents
-/// (`len | crc32(gen, offset, len, payload) | payload`). The tests use it
-/// to plant rows the store would never write.
+/// the last commit of its current log, framed and checksummed as
+/// `log_store.rs` documents (`len | crc32(gen, offset, len, payload) |
+/// payload`). The tests use it to plant rows the store would never write.
 pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<&[u8]>) {
     let t = abhyasa_store::kv::KvTable::all()
         .position(|t| t.name() == table)
