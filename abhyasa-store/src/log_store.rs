@@ -279,6 +279,8 @@ pub struct LogStore {
     /// Bytes of commits in `log-{gen}`.
     log_bytes: u64,
     /// Bytes `log-{gen}` has on disk, synced: from `log_bytes` on, zeros.
+    /// Kept only while logs grow ahead ([`LogOptions::preallocate_bytes`]
+    /// above 0); with 0 it stays what the open found and is never read.
     log_room: u64,
     /// Bytes in every log since the snapshot in force.
     logged_since_snap: u64,
