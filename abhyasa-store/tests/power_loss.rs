@@ -46,6 +46,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const SECTOR: usize = 512;
+/// The log store's disk tears writes finer than a sector: its records are
+/// mostly smaller than one, and a record torn inside (its header kept, a
+/// piece of its payload not) must read as torn, never as a commit.
+const LOG_SECTOR: usize = 64;
 const STRIDE: u64 = 7;
 
 // ------------------------------------------------------------ the disk
@@ -127,13 +131,13 @@ impl PowerCut {
     /// The disk after the power comes back (see [`survivor`]).
     fn after_power_loss(&self, rng: &mut ChaCha8Rng) -> Vec<u8> {
         let d = self.disk();
-        survivor(&d.synced, &d.unsynced, rng)
+        survivor(&d.synced, &d.unsynced, SECTOR, rng)
     }
 }
 
 /// What a power cut leaves of one file: the synced image, then each
 /// unsynced operation kept or lost at random (a write sector by sector).
-fn survivor(synced: &[u8], unsynced: &[Op], rng: &mut ChaCha8Rng) -> Vec<u8> {
+fn survivor(synced: &[u8], unsynced: &[Op], sector: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
     let mut img = synced.to_vec();
     for op in unsynced {
         match op {
@@ -143,10 +147,10 @@ fn survivor(synced: &[u8], unsynced: &[Op], rng: &mut ChaCha8Rng) -> Vec<u8> {
                 }
             }
             Op::Write(off, data) => {
-                for (i, sector) in data.chunks(SECTOR).enumerate() {
+                for (i, piece) in data.chunks(sector).enumerate() {
                     if rng.random_bool(0.5) {
-                        let at = off + u64::try_from(i * SECTOR).unwrap();
-                        apply(&mut img, &Op::Write(at, sector.to_vec()));
+                        let at = off + u64::try_from(i * sector).unwrap();
+                        apply(&mut img, &Op::Write(at, piece.to_vec()));
                     }
                 }
             }
@@ -295,7 +299,7 @@ struct Dir {
 }
 
 /// A [`LogDisk`] that loses what was not synced: file data written since
-/// the file's last `sync` (kept or lost sector by sector, at random), and
+/// the file's last `sync` (kept or lost in 64-byte pieces, at random), and
 /// directory entries (creations, renames, removals) since the last
 /// `sync_dir` (a random prefix of them survives, as a journal replays).
 /// A file that loses its name is gone. Clones share one disk.
@@ -338,7 +342,7 @@ impl LogCut {
         let mut files = BTreeMap::new();
         for ino in names.values() {
             let f = &d.files[ino];
-            let img = survivor(&f.synced, &f.unsynced, rng);
+            let img = survivor(&f.synced, &f.unsynced, LOG_SECTOR, rng);
             files.insert(
                 *ino,
                 FileImg {
