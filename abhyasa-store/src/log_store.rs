@@ -58,7 +58,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -192,9 +192,7 @@ impl LogDisk for FsDisk {
     }
 
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
-        let f = self.file(name)?;
-        f.seek(SeekFrom::Start(at))?;
-        f.write_all(data)
+        write_all_at(self.file(name)?, at, data)
     }
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
@@ -223,6 +221,21 @@ impl LogDisk for FsDisk {
     fn sync_dir(&mut self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }
+}
+
+/// Writes all of `data` at offset `at` of `f`: one `pwrite` (no seek
+/// first) on Unix.
+#[cfg(unix)]
+fn write_all_at(f: &File, at: u64, data: &[u8]) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(f, data, at)
+}
+
+/// Writes all of `data` at offset `at` of `f`.
+#[cfg(not(unix))]
+fn write_all_at(mut f: &File, at: u64, data: &[u8]) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    f.seek(SeekFrom::Start(at))?;
+    f.write_all(data)
 }
 
 /// Tuning of a [`LogStore`].
