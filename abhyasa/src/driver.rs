@@ -3,7 +3,7 @@
 //! write-ahead pipeline: records go to the store thread as one group
 //! commit; what depends on them is released only when it returns.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use abhyasa_core::custody::{
@@ -13,6 +13,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
+use abhyasa_core::Map;
 use abhyasa_core::{
     AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
 };
@@ -116,8 +117,8 @@ pub(crate) struct Driver {
     store_join: Option<std::thread::JoinHandle<()>>,
     in_flight: bool,
     events: broadcast::Sender<NodeEvent>,
-    offer_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
-    outcome_waiters: HashMap<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
+    offer_waiters: Map<ObligationId, Vec<oneshot::Sender<Result<Offered, NodeError>>>>,
+    outcome_waiters: Map<ObligationId, Vec<oneshot::Sender<Result<Outcome, NodeError>>>>,
     /// Senders in `outcome_waiters` (live or abandoned).
     outcome_waiter_count: usize,
     /// Sweep abandoned outcome waiters when the count passes this.
@@ -126,11 +127,11 @@ pub(crate) struct Driver {
     gate: ReplyGate<Driver>,
     /// Best-effort obligations whose one send the transport refused, until
     /// their `BestEffortSent` event answers the offer (C-ND-4).
-    refused_best_effort: HashMap<ObligationId, SendError>,
+    refused_best_effort: Map<ObligationId, SendError>,
     /// First attempts accepted but not yet handed to the transport, in
     /// bytes, so `offer` pushes back before a send queue overflows.
     unreleased: Unreleased,
-    recent: HashMap<ObligationId, Outcome>,
+    recent: Map<ObligationId, Outcome>,
     recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
     /// Rate limit of warnings a peer can cause (malformed or foreign
@@ -178,14 +179,14 @@ impl Driver {
             store_join,
             in_flight: false,
             events,
-            offer_waiters: HashMap::new(),
-            outcome_waiters: HashMap::new(),
+            offer_waiters: Map::default(),
+            outcome_waiters: Map::default(),
             outcome_waiter_count: 0,
             outcome_sweep_at: OUTCOME_WAITERS_FLOOR,
             gate: ReplyGate::default(),
-            refused_best_effort: HashMap::new(),
+            refused_best_effort: Map::default(),
             unreleased: Unreleased::default(),
-            recent: HashMap::new(),
+            recent: Map::default(),
             recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
             peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
@@ -1127,8 +1128,8 @@ fn split(m: Message) -> Option<(Message, Message)> {
 /// transport, per target.
 #[derive(Debug, Default)]
 struct Unreleased {
-    by_id: HashMap<ObligationId, (AgentId, usize)>,
-    by_peer: HashMap<AgentId, usize>,
+    by_id: Map<ObligationId, (AgentId, usize)>,
+    by_peer: Map<AgentId, usize>,
 }
 
 impl Unreleased {

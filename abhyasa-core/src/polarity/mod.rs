@@ -8,7 +8,6 @@ mod anumati;
 mod oauth;
 mod phala;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use anumati::{AnumatiRule, ANUMATI_KIND, ANUMATI_RATIONALE};
@@ -89,7 +88,7 @@ pub trait PolarityRule: Send + Sync + 'static {
 /// The registry of polarity rules, by kind.
 #[derive(Clone, Default)]
 pub struct PolarityRegistry {
-    rules: HashMap<String, Arc<dyn PolarityRule>>,
+    rules: crate::Map<String, Arc<dyn PolarityRule>>,
 }
 
 impl std::fmt::Debug for PolarityRegistry {

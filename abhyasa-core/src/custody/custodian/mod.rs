@@ -35,7 +35,7 @@ pub use ack::{AckDisposition, IgnoredAck};
 pub use config::{AckBinding, CustodianConfig, CustodyProfile};
 pub use event::{CustodianEvent, CustodianStats, Offered};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
@@ -78,9 +78,9 @@ pub struct Custodian {
     principal: PrincipalState,
     // Boxed: a table slot is 2× its entry at most fills, and an entry
     // inline is ~170 bytes; boxed, each slot is 24.
-    pending: HashMap<ObligationId, Box<Pending>>,
+    pending: crate::Map<ObligationId, Box<Pending>>,
     timers: BTreeSet<(Timestamp, ObligationId)>,
-    terminal: HashMap<ObligationId, TerminalSummary>,
+    terminal: crate::Map<ObligationId, TerminalSummary>,
     outbox: Outbox<Transmit, CustodianEvent>,
     stats: CustodianStats,
 }
@@ -103,9 +103,9 @@ impl Custodian {
             config,
             registry,
             principal,
-            pending: HashMap::new(),
+            pending: crate::Map::default(),
             timers: BTreeSet::new(),
-            terminal: HashMap::new(),
+            terminal: crate::Map::default(),
             outbox: Outbox::default(),
             stats: CustodianStats::default(),
         }
@@ -136,7 +136,7 @@ impl Custodian {
         for w in &snapshot.principal {
             c.principal.apply_write(w);
         }
-        c.terminal = snapshot.terminal;
+        c.terminal = snapshot.terminal.into_iter().collect();
         c.pending.reserve(snapshot.pending.len());
         // Collected, then built in one sorted pass: a million inserts in
         // hash order cost several times more.

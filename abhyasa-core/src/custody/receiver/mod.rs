@@ -43,7 +43,7 @@ pub use config::ReceiverConfig;
 pub use event::{CompleteError, Received, ReceiverEvent};
 pub use intent::ExternalOutcome;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 #[cfg(doc)]
 use super::applier::Applier;
@@ -100,17 +100,17 @@ struct Waiting {
 pub struct Receiver {
     config: ReceiverConfig,
     registry: PolarityRegistry,
-    ledger: HashMap<LedgerKey, Entry>,
+    ledger: crate::Map<LedgerKey, Entry>,
     /// Ledger entries held per custodian (C-ND-5 quota).
-    held: HashMap<AgentId, usize>,
-    key_seq: HashMap<GovernedKey, (Sequence, ObligationId)>,
+    held: crate::Map<AgentId, usize>,
+    key_seq: crate::Map<GovernedKey, (Sequence, ObligationId)>,
     effects: BTreeMap<String, EffectValue>,
     outbox: Outbox<Transmit, ReceiverEvent>,
     applications: u64,
     /// Outstanding apply requests by ledger key.
-    waiting: HashMap<LedgerKey, Waiting>,
+    waiting: crate::Map<LedgerKey, Waiting>,
     /// Ticket -> ledger key of `waiting`.
-    tickets: HashMap<ApplyTicket, LedgerKey>,
+    tickets: crate::Map<ApplyTicket, LedgerKey>,
     /// When each waiting obligation can no longer be applied
     /// (`deadline - skew_margin`), for the expiry timer.
     expiries: BTreeSet<(Timestamp, ApplyTicket)>,
@@ -118,7 +118,7 @@ pub struct Receiver {
     requests: VecDeque<ApplyRequest>,
     next_ticket: u64,
     /// Lease end per governed key holding a leased grant.
-    leases: HashMap<String, Timestamp>,
+    leases: crate::Map<String, Timestamp>,
     /// (`lease_until - skew_margin`, governed key): when each lease lapses.
     lease_timers: BTreeSet<(Timestamp, String)>,
 }
@@ -129,18 +129,18 @@ impl Receiver {
         Self {
             config,
             registry,
-            ledger: HashMap::new(),
-            held: HashMap::new(),
-            key_seq: HashMap::new(),
+            ledger: crate::Map::default(),
+            held: crate::Map::default(),
+            key_seq: crate::Map::default(),
             effects: BTreeMap::new(),
             outbox: Outbox::default(),
             applications: 0,
-            waiting: HashMap::new(),
-            tickets: HashMap::new(),
+            waiting: crate::Map::default(),
+            tickets: crate::Map::default(),
             expiries: BTreeSet::new(),
             requests: VecDeque::new(),
             next_ticket: 0,
-            leases: HashMap::new(),
+            leases: crate::Map::default(),
             lease_timers: BTreeSet::new(),
         }
     }
@@ -169,7 +169,11 @@ impl Receiver {
                 },
             );
         }
-        r.key_seq = snapshot.key_sequences.clone();
+        r.key_seq = snapshot
+            .key_sequences
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         r.effects = snapshot.effects.clone();
         // Leases survive a restart with the effects they ride in; one that
         // lapsed while down is due at the first timer turn.

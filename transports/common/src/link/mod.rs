@@ -13,7 +13,6 @@
 mod dial;
 mod inbound;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -123,7 +122,7 @@ impl PeerState {
 pub(crate) struct Shared {
     pub(crate) local: AgentId,
     pub(crate) config: LinkConfig,
-    peers: Mutex<HashMap<AgentId, PeerState>>,
+    peers: Mutex<abhyasa_core::Map<AgentId, PeerState>>,
     /// Serialises connection events with the table changes that cause
     /// them, so `Connected`/`Disconnected` reach the runtime in the order
     /// the connection count changed.
@@ -137,7 +136,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn peers(&self) -> MutexGuard<'_, HashMap<AgentId, PeerState>> {
+    fn peers(&self) -> MutexGuard<'_, abhyasa_core::Map<AgentId, PeerState>> {
         // A panic while holding the lock leaves the table consistent (every
         // mutation is a single push/retain), so poisoning is ignored.
         self.peers.lock().unwrap_or_else(|e| e.into_inner())
@@ -244,7 +243,7 @@ impl Registry {
         let shared = Arc::new(Shared {
             local,
             config,
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(abhyasa_core::Map::default()),
             events: tokio::sync::Mutex::new(()),
             incoming: tx,
             shutdown: shutdown.clone(),
