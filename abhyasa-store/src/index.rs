@@ -195,7 +195,9 @@ fn derive_facts(k: &[u8], f: Facts) -> Derived {
             }
         }
         Facts::Terminal(st) => {
-            let mut key = state_prefix(ListState::of(st)).to_vec();
+            let prefix = state_prefix(ListState::of(st));
+            let mut key = Vec::with_capacity(prefix.len() + k.len());
+            key.extend_from_slice(&prefix);
             key.extend_from_slice(k);
             d.keys.push(key);
         }

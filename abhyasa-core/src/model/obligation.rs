@@ -410,7 +410,15 @@ fn v1_object(o: &Inner) -> Map<String, Value> {
 
 fn compute_digest(o: &Inner) -> Digest {
     // JCS of the v1 object, written directly to avoid cloning the payload.
-    let mut s = String::with_capacity(128 + o.payload.canonical.len());
+    // Room for all of it at once: the member names and punctuation (~110
+    // bytes), the timestamp and two integers (< 60), the strings (escaping
+    // may still grow it).
+    let mut s = String::with_capacity(
+        192 + o.payload.canonical.len()
+            + o.kind.as_str().len()
+            + o.obligation_id.as_str().len()
+            + o.target.as_str().len(),
+    );
     s.push('{');
     let field = |name: &str, first: bool, s: &mut String| {
         if !first {
