@@ -35,10 +35,17 @@ pub use wire::json;
 /// per obligation.
 pub type Map<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 
+// The README's Rust blocks run as doctests of this crate, so its library
+// example cannot drift from the API (issue 11 §6).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
+pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};
+pub use model::*;
+
 #[cfg(test)]
 mod map_tests {
-    use std::hash::BuildHasher;
-
     /// Two maps hash one key differently: the keys are random, so a peer
     /// cannot precompute ids that collide (a fixed-key hasher fails this).
     #[test]
@@ -48,15 +55,7 @@ mod map_tests {
             super::Map::<u8, u8>::default(),
         );
         let id = "obligation-7f3a";
-        assert_ne!(a.hasher().hash_one(id), b.hasher().hash_one(id));
+        let hash = |m: &super::Map<u8, u8>| std::hash::BuildHasher::hash_one(m.hasher(), id);
+        assert_ne!(hash(&a), hash(&b));
     }
 }
-
-// The README's Rust blocks run as doctests of this crate, so its library
-// example cannot drift from the API (issue 11 §6).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
-pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};
-pub use model::*;
