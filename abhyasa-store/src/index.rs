@@ -96,6 +96,16 @@ pub(crate) fn state_prefix(s: ListState) -> [u8; 2] {
     [BY_STATE, state_byte(s)]
 }
 
+/// The `s` key of one state followed by `rest` (a terminal row's id, or
+/// where a listing starts), built at its full length at once.
+pub(crate) fn state_key(s: ListState, rest: &[u8]) -> Vec<u8> {
+    let prefix = state_prefix(s);
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(&prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
 /// Microseconds in byte order = time order.
 pub(crate) fn time_key(micros: i64) -> [u8; 8] {
     ((micros as u64) ^ (1 << 63)).to_be_bytes()
@@ -195,11 +205,7 @@ fn derive_facts(k: &[u8], f: Facts) -> Derived {
             }
         }
         Facts::Terminal(st) => {
-            let prefix = state_prefix(ListState::of(st));
-            let mut key = Vec::with_capacity(prefix.len() + k.len());
-            key.extend_from_slice(&prefix);
-            key.extend_from_slice(k);
-            d.keys.push(key);
+            d.keys.push(state_key(ListState::of(st), k));
         }
         // A ledger entry's contribution also depends on its intent.
         Facts::Ledger { .. } => {}

@@ -13,7 +13,9 @@ use crate::codec::{
     corrupt, from_bytes, from_json, parse_u64_key, u64_key, PendingRow, TerminalRow,
 };
 use crate::engine::{read_principal, Table, View};
-use crate::index::{counter, state_prefix, time_key, Counter, CUSTODY_DEFERRED, LEDGER_DEFERRED};
+use crate::index::{
+    counter, state_key, state_prefix, time_key, Counter, CUSTODY_DEFERRED, LEDGER_DEFERRED,
+};
 
 fn pending_listed(k: &[u8], b: &[u8]) -> Result<Listed, StoreError> {
     const T: &str = "custody_pending";
@@ -84,10 +86,7 @@ pub(crate) fn list(
         }
         Some(st) => {
             let prefix = state_prefix(st);
-            let mut from = prefix.to_vec();
-            if let Some(a) = after {
-                from.extend_from_slice(a.as_str().as_bytes());
-            }
+            let from = state_key(st, after.map_or(&[][..], |a| a.as_str().as_bytes()));
             let mut ids = Vec::new();
             v.scan(Table::Index, &from, &mut |k, _| {
                 if !k.starts_with(&prefix) {

@@ -136,7 +136,8 @@ impl PowerCut {
 }
 
 /// What a power cut leaves of one file: the synced image, then each
-/// unsynced operation kept or lost at random (a write sector by sector).
+/// unsynced operation kept or lost at random (a write in pieces of
+/// `sector` bytes, each kept or lost on its own).
 fn survivor(synced: &[u8], unsynced: &[Op], sector: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
     let mut img = synced.to_vec();
     for op in unsynced {

@@ -13,9 +13,8 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
-use abhyasa_core::Map;
 use abhyasa_core::{
-    AgentId, GovernedKey, GuardOutcome, Obligation, ObligationId, Sequence, Timestamp,
+    AgentId, GovernedKey, GuardOutcome, Map, Obligation, ObligationId, Sequence, Timestamp,
 };
 use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
