@@ -248,17 +248,45 @@ fn write_obligation_frame(out: &mut Vec<u8>, sender: &AgentId, ob: &Obligation, 
     put_bytes(out, 9, &ob.digest().0);
 }
 
-fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
-    let payload = Payload::from_json_bytes(&p.payload_json)?;
+/// The fields of a protobuf `Obligation`, borrowed from a decoded
+/// message or straight from a frame's bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct ObligationFields<'a> {
+    obligation_id: &'a str,
+    kind: &'a str,
+    target: &'a str,
+    payload_json: &'a [u8],
+    deadline_seconds: u64,
+    max_retries: u32,
+    created_at_micros: i64,
+    sequence: Option<u64>,
+    digest: &'a [u8],
+}
+
+impl<'a> ObligationFields<'a> {
+    fn of(p: &'a pb::Obligation) -> Self {
+        Self {
+            obligation_id: &p.obligation_id,
+            kind: &p.kind,
+            target: &p.target,
+            payload_json: &p.payload_json,
+            deadline_seconds: p.deadline_seconds,
+            max_retries: p.max_retries,
+            created_at_micros: p.created_at_micros,
+            sequence: p.sequence,
+            digest: &p.digest,
+        }
+    }
+}
+
+fn obligation_from_pb(p: ObligationFields<'_>) -> Result<Obligation, PeerError> {
+    let payload = Payload::from_json_bytes(p.payload_json)?;
     // Validated straight from the decoded strings (no copy into the
     // builder first), in the builder's order.
     let mut b = Obligation::builder()
-        .with_id(ObligationId::parse_field(
-            "obligation_id",
-            &p.obligation_id,
-        )?)
-        .with_kind(Kind::parse_field("kind", &p.kind)?)
-        .with_target(AgentId::parse_field("target", &p.target)?)
+        .with_id(ObligationId::parse_field("obligation_id", p.obligation_id)?)
+        .with_kind(Kind::parse_field("kind", p.kind)?)
+        .with_target(AgentId::parse_field("target", p.target)?)
         .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
         .max_retries(i64::from(p.max_retries))
         .created_at(Timestamp::from_unix_micros(p.created_at_micros));
@@ -266,7 +294,7 @@ fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
         b = b.sequence(s);
     }
     let ob = b.build_with_payload(payload)?;
-    if let Some(claimed) = opt_digest("digest", &p.digest)? {
+    if let Some(claimed) = opt_digest("digest", p.digest)? {
         if claimed != ob.digest() {
             return Err(PeerError::DigestMismatch {
                 claimed,
@@ -275,6 +303,99 @@ fn obligation_from_pb(p: &pb::Obligation) -> Result<Obligation, PeerError> {
         }
     }
     Ok(ob)
+}
+
+/// The hot frame read in place: an `Envelope { version, sender,
+/// Obligation }` whose fields each appear at most once, with the wire
+/// types the schema gives them and valid UTF-8 in its strings, borrowed
+/// from `bytes` (issue 14: prost copied every string and byte field into
+/// a message of its own, six allocations per obligation, before they were
+/// validated into the obligation). `None` for anything else — another
+/// message, an unknown or repeated field, a bad key, varint or string —
+/// which the caller decodes with prost, so every such frame gets prost's
+/// reading and its error: where this accepts, it reads what prost reads
+/// (a property test checks both on arbitrary and mutated frames).
+fn obligation_frame(mut buf: &[u8]) -> Option<(u32, &str, ObligationFields<'_>)> {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    fn delimited<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let n = usize::try_from(decode_varint(buf).ok()?).ok()?;
+        let (head, rest) = (buf.get(..n)?, buf.get(n..)?);
+        *buf = rest;
+        Some(head)
+    }
+    fn once(seen: &mut u16, tag: u32) -> Option<()> {
+        let bit = 1u16 << tag;
+        (*seen & bit == 0).then(|| *seen |= bit)
+    }
+    let (mut version, mut sender, mut body) = (0u32, "", None);
+    let mut seen = 0u16;
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).ok()?;
+        match (tag, wire) {
+            (1, WireType::Varint) => {
+                once(&mut seen, 1)?;
+                // uint32: prost keeps the low 32 bits of the varint.
+                version = decode_varint(&mut buf).ok()? as u32;
+            }
+            (2, WireType::LengthDelimited) => {
+                once(&mut seen, 2)?;
+                sender = std::str::from_utf8(delimited(&mut buf)?).ok()?;
+            }
+            (10, WireType::LengthDelimited) => {
+                once(&mut seen, 10)?;
+                body = Some(delimited(&mut buf)?);
+            }
+            _ => return None,
+        }
+    }
+    let mut buf = body?;
+    let mut f = ObligationFields::default();
+    let mut seen = 0u16;
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).ok()?;
+        if tag > 9 {
+            return None;
+        }
+        once(&mut seen, tag)?;
+        match (tag, wire) {
+            (1, WireType::LengthDelimited) => {
+                f.obligation_id = std::str::from_utf8(delimited(&mut buf)?).ok()?
+            }
+            (2, WireType::LengthDelimited) => {
+                f.kind = std::str::from_utf8(delimited(&mut buf)?).ok()?
+            }
+            (3, WireType::LengthDelimited) => {
+                f.target = std::str::from_utf8(delimited(&mut buf)?).ok()?
+            }
+            (4, WireType::LengthDelimited) => f.payload_json = delimited(&mut buf)?,
+            (5, WireType::Varint) => f.deadline_seconds = decode_varint(&mut buf).ok()?,
+            (6, WireType::Varint) => f.max_retries = decode_varint(&mut buf).ok()? as u32,
+            (7, WireType::Varint) => f.created_at_micros = decode_varint(&mut buf).ok()? as i64,
+            (8, WireType::Varint) => f.sequence = Some(decode_varint(&mut buf).ok()?),
+            (9, WireType::LengthDelimited) => f.digest = delimited(&mut buf)?,
+            _ => return None,
+        }
+    }
+    Some((version, sender, f))
+}
+
+/// The version check both readings share: an absent version (proto3
+/// reads it as 0) is a malformed frame, another one a version we do not
+/// speak.
+fn check_version(version: u32) -> Result<(), PeerError> {
+    if version == 0 {
+        return Err(PeerError::Malformed {
+            format: "protobuf",
+            detail: "envelope has no protocol version".into(),
+        });
+    }
+    if version != PROTOCOL_VERSION {
+        return Err(PeerError::UnsupportedVersion {
+            found: version,
+            supported: PROTOCOL_VERSION,
+        });
+    }
+    Ok(())
 }
 
 impl Envelope {
@@ -374,29 +495,30 @@ impl Envelope {
 
     /// Decodes an envelope (no length prefix).
     pub fn decode(bytes: &[u8]) -> Result<Envelope, PeerError> {
+        if let Some((version, sender, ob)) = obligation_frame(bytes) {
+            check_version(version)?;
+            let sender = AgentId::parse_field("sender", sender)?;
+            let message = Message::Obligation(obligation_from_pb(ob)?);
+            return Ok(Envelope { sender, message });
+        }
+        Self::decode_prost(bytes)
+    }
+
+    /// Decodes an envelope with prost (every message but the hot frame
+    /// [`obligation_frame`] reads in place).
+    fn decode_prost(bytes: &[u8]) -> Result<Envelope, PeerError> {
         let p = pb::Envelope::decode(bytes).map_err(|e| PeerError::Malformed {
             format: "protobuf",
             detail: e.to_string(),
         })?;
-        if p.version == 0 {
-            // proto3 reads an absent field as 0: no version at all is a
-            // malformed frame, not a version we do not speak.
-            return Err(PeerError::Malformed {
-                format: "protobuf",
-                detail: "envelope has no protocol version".into(),
-            });
-        }
-        if p.version != PROTOCOL_VERSION {
-            return Err(PeerError::UnsupportedVersion {
-                found: p.version,
-                supported: PROTOCOL_VERSION,
-            });
-        }
+        check_version(p.version)?;
         let sender = AgentId::parse_field("sender", &p.sender)?;
         use pb::envelope::Body;
         let message = match p.body {
             None => return Err(PeerError::UnknownMessageType),
-            Some(Body::Obligation(o)) => Message::Obligation(obligation_from_pb(&o)?),
+            Some(Body::Obligation(o)) => {
+                Message::Obligation(obligation_from_pb(ObligationFields::of(&o))?)
+            }
             Some(Body::Ack(a)) => {
                 if a.members.is_empty() {
                     return Err(FieldError::new("members", FieldProblem::Empty).into());
@@ -460,6 +582,272 @@ impl Envelope {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// One field of a generated frame: a tag, a wire type and its bytes
+    /// (a varint's value or a length-delimited field's content).
+    #[derive(Debug, Clone)]
+    enum Field {
+        Varint(u32, u64),
+        Delimited(u32, Vec<u8>),
+        /// Raw bytes: a broken key, a fixed-width field, garbage.
+        Raw(Vec<u8>),
+    }
+
+    fn put(out: &mut Vec<u8>, f: &Field) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        match f {
+            Field::Varint(t, v) => {
+                encode_key(*t, WireType::Varint, out);
+                encode_varint(*v, out);
+            }
+            Field::Delimited(t, b) => {
+                encode_key(*t, WireType::LengthDelimited, out);
+                encode_varint(b.len() as u64, out);
+                out.extend_from_slice(b);
+            }
+            Field::Raw(b) => out.extend_from_slice(b),
+        }
+    }
+
+    fn encode(fields: &[Field]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in fields {
+            put(&mut out, f);
+        }
+        out
+    }
+
+    /// Tags near the schema's (its own, its neighbours, a far one).
+    fn tag() -> impl Strategy<Value = u32> {
+        prop_oneof![4 => 1u32..=11, 1 => Just(20u32), 1 => 1u32..=1_000]
+    }
+
+    /// A string field's content: an id-like text, any text, or bytes
+    /// that need not be UTF-8.
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            "[a-z0-9.-]{0,40}".prop_map(String::into_bytes),
+            ".{0,8}".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    fn varint() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            1u64..100,
+            Just(u64::from(u32::MAX) + 7),
+            any::<u64>()
+        ]
+    }
+
+    /// A field of an `Obligation` message: mostly the schema's, some
+    /// with the wrong wire type, unknown tags and raw bytes.
+    fn obligation_field() -> impl Strategy<Value = Field> {
+        prop_oneof![
+            6 => (prop_oneof![Just(1u32), Just(2), Just(3)], text())
+                .prop_map(|(t, b)| Field::Delimited(t, b)),
+            2 => Just(Field::Delimited(4, br#"{"weight_delta":-0.1}"#.to_vec())),
+            1 => proptest::collection::vec(any::<u8>(), 0..24)
+                .prop_map(|b| Field::Delimited(4, b)),
+            4 => (prop_oneof![Just(5u32), Just(6), Just(7), Just(8)], varint())
+                .prop_map(|(t, v)| Field::Varint(t, v)),
+            2 => prop_oneof![
+                proptest::collection::vec(any::<u8>(), 32),
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ]
+            .prop_map(|b| Field::Delimited(9, b)),
+            1 => (tag(), varint()).prop_map(|(t, v)| Field::Varint(t, v)),
+            1 => (tag(), text()).prop_map(|(t, b)| Field::Delimited(t, b)),
+            1 => proptest::collection::vec(any::<u8>(), 1..6).prop_map(Field::Raw),
+        ]
+    }
+
+    /// A valid obligation's fields as a node writes them (digest and
+    /// all), in the schema's order.
+    fn valid_obligation() -> impl Strategy<Value = Vec<Field>> {
+        (
+            "[a-z0-9-]{1,40}",
+            -1.0f64..1.0,
+            1i64..100_000,
+            0i64..20,
+            proptest::option::of(any::<u64>()),
+            0i64..4_000_000_000_000_000,
+        )
+            .prop_map(|(id, delta, deadline, retries, seq, created)| {
+                let mut b = Obligation::builder()
+                    .id(id)
+                    .kind(crate::polarity::PHALA_KIND)
+                    .target("receiver")
+                    .payload(serde_json::json!({"weight_delta": delta}))
+                    .deadline_seconds(deadline)
+                    .max_retries(retries)
+                    .created_at(crate::model::Timestamp::from_unix_micros(created));
+                if let Some(s) = seq {
+                    b = b.sequence(s);
+                }
+                let ob = b.build().expect("a valid obligation");
+                let mut fs = vec![
+                    Field::Delimited(1, ob.id().as_str().into()),
+                    Field::Delimited(2, ob.kind().as_str().into()),
+                    Field::Delimited(3, ob.target().as_str().into()),
+                    Field::Delimited(4, ob.payload().canonical_json().into()),
+                    Field::Varint(5, ob.deadline_seconds()),
+                    Field::Varint(6, u64::from(ob.max_retries())),
+                    Field::Varint(7, ob.created_at().unix_micros() as u64),
+                ];
+                if let Some(s) = ob.sequence() {
+                    fs.push(Field::Varint(8, s.0));
+                }
+                fs.push(Field::Delimited(9, ob.digest().0.to_vec()));
+                fs
+            })
+    }
+
+    /// One change to a list of fields: a field inserted (or repeated), one
+    /// removed or given another tag, two swapped (prost reads fields in
+    /// any order).
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Insert(proptest::sample::Index, Field),
+        Retag(proptest::sample::Index, u32),
+        Repeat(proptest::sample::Index),
+        Remove(proptest::sample::Index),
+        Swap(proptest::sample::Index, proptest::sample::Index),
+    }
+
+    fn edit(field: impl Strategy<Value = Field>) -> impl Strategy<Value = Edit> {
+        use proptest::sample::Index;
+        prop_oneof![
+            (any::<Index>(), field).prop_map(|(i, f)| Edit::Insert(i, f)),
+            any::<Index>().prop_map(Edit::Repeat),
+            (any::<Index>(), tag()).prop_map(|(i, t)| Edit::Retag(i, t)),
+            any::<Index>().prop_map(Edit::Remove),
+            (any::<Index>(), any::<Index>()).prop_map(|(i, j)| Edit::Swap(i, j)),
+        ]
+    }
+
+    fn apply(fs: &mut Vec<Field>, edits: &[Edit]) {
+        for e in edits {
+            let n = fs.len();
+            match e {
+                Edit::Insert(i, f) => fs.insert(i.index(n + 1), f.clone()),
+                Edit::Repeat(i) if n > 0 => {
+                    let f = fs[i.index(n)].clone();
+                    fs.push(f);
+                }
+                Edit::Retag(i, t) if n > 0 => match &mut fs[i.index(n)] {
+                    Field::Varint(tag, _) | Field::Delimited(tag, _) => *tag = *t,
+                    Field::Raw(_) => {}
+                },
+                Edit::Remove(i) if n > 0 => {
+                    fs.remove(i.index(n));
+                }
+                Edit::Swap(i, j) if n > 0 => fs.swap(i.index(n), j.index(n)),
+                _ => {}
+            }
+        }
+    }
+
+    /// An envelope as a node writes it — version, sender, a valid
+    /// obligation — or with edits to either level's fields, then perhaps
+    /// a byte changed or the frame cut short; now and then any bytes.
+    fn frame() -> impl Strategy<Value = Vec<u8>> {
+        let envelope_field = prop_oneof![
+            prop_oneof![Just(1u64), Just(0), varint()].prop_map(|v| Field::Varint(1, v)),
+            text().prop_map(|b| Field::Delimited(2, b)),
+            proptest::collection::vec(obligation_field(), 0..12)
+                .prop_map(|fs| Field::Delimited(10, encode(&fs))),
+            (tag(), varint()).prop_map(|(t, v)| Field::Varint(t, v)),
+            (tag(), text()).prop_map(|(t, b)| Field::Delimited(t, b)),
+            proptest::collection::vec(any::<u8>(), 1..6).prop_map(Field::Raw),
+        ];
+        let edits = |f| {
+            prop_oneof![
+                2 => Just(Vec::new()),
+                1 => proptest::collection::vec(edit(f), 1..3),
+            ]
+        };
+        let built = (
+            valid_obligation(),
+            edits(obligation_field().boxed()),
+            edits(envelope_field.boxed()),
+            prop_oneof![3 => Just(None), 1 => any::<(proptest::sample::Index, u8)>().prop_map(Some)],
+            prop_oneof![3 => Just(None), 1 => any::<proptest::sample::Index>().prop_map(Some)],
+        )
+            .prop_map(|(mut ob, ob_edits, env_edits, flip, cut)| {
+                apply(&mut ob, &ob_edits);
+                let mut env = vec![
+                    Field::Varint(1, u64::from(PROTOCOL_VERSION)),
+                    Field::Delimited(2, b"sender".to_vec()),
+                    Field::Delimited(10, encode(&ob)),
+                ];
+                apply(&mut env, &env_edits);
+                let mut b = encode(&env);
+                if let (Some((i, x)), false) = (flip, b.is_empty()) {
+                    let i = i.index(b.len());
+                    b[i] ^= x;
+                }
+                if let (Some(i), false) = (cut, b.is_empty()) {
+                    b.truncate(i.index(b.len()));
+                }
+                b
+            });
+        prop_oneof![
+            8 => built,
+            1 => proptest::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Where the in-place reading of the hot frame accepts a frame,
+        /// it reads what prost reads, field for field; and the envelope
+        /// decoded either way is the same envelope or the same error, on
+        /// well-formed frames and on every kind of damaged one.
+        #[test]
+        fn the_in_place_reading_is_prosts(bytes in frame()) {
+            let prost = pb::Envelope::decode(&bytes[..]);
+            if let Some((version, sender, fields)) = obligation_frame(&bytes) {
+                let p = prost.as_ref().expect("prost reads a frame the fast path reads");
+                prop_assert_eq!(version, p.version);
+                prop_assert_eq!(sender, p.sender.as_str());
+                match &p.body {
+                    Some(pb::envelope::Body::Obligation(o)) => {
+                        prop_assert_eq!(fields, ObligationFields::of(o));
+                    }
+                    other => prop_assert!(false, "prost read {other:?}"),
+                }
+            }
+            prop_assert_eq!(Envelope::decode(&bytes), Envelope::decode_prost(&bytes));
+        }
+
+        /// Every obligation frame a node writes is read in place.
+        #[test]
+        fn written_obligation_frames_are_read_in_place(
+            id in "[a-z0-9-]{1,64}",
+            delta in -1.0f64..1.0,
+            seq in proptest::option::of(any::<u64>()),
+        ) {
+            let mut b = Obligation::builder()
+                .id(id)
+                .kind(crate::polarity::PHALA_KIND)
+                .target("receiver")
+                .payload(serde_json::json!({"weight_delta": delta}))
+                .deadline_seconds(60)
+                .max_retries(3)
+                .created_at(crate::model::Timestamp::from_unix_micros(1_700_000_000_000_000));
+            if let Some(s) = seq {
+                b = b.sequence(s);
+            }
+            let ob = b.build().expect("a valid obligation");
+            let env = Envelope::new(AgentId::new("sender").unwrap(), Message::Obligation(ob));
+            let bytes = env.encode();
+            prop_assert!(obligation_frame(&bytes).is_some());
+            prop_assert_eq!(Envelope::decode(&bytes), Ok(env));
+        }
+    }
 
     proptest! {
         /// The direct encoder writes exactly prost's bytes for every
