@@ -319,9 +319,12 @@ fn obligation_frame(mut buf: &[u8]) -> Option<(u32, &str, ObligationFields<'_>)>
     use prost::encoding::{decode_key, decode_varint, WireType};
     fn delimited<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
         let n = usize::try_from(decode_varint(buf).ok()?).ok()?;
-        let (head, rest) = (buf.get(..n)?, buf.get(n..)?);
+        let (head, rest) = buf.split_at_checked(n)?;
         *buf = rest;
         Some(head)
+    }
+    fn text<'a>(buf: &mut &'a [u8]) -> Option<&'a str> {
+        std::str::from_utf8(delimited(buf)?).ok()
     }
     fn once(seen: &mut u16, tag: u32) -> Option<()> {
         let bit = 1u16 << tag;
@@ -339,7 +342,7 @@ fn obligation_frame(mut buf: &[u8]) -> Option<(u32, &str, ObligationFields<'_>)>
             }
             (2, WireType::LengthDelimited) => {
                 once(&mut seen, 2)?;
-                sender = std::str::from_utf8(delimited(&mut buf)?).ok()?;
+                sender = text(&mut buf)?;
             }
             (10, WireType::LengthDelimited) => {
                 once(&mut seen, 10)?;
@@ -358,15 +361,9 @@ fn obligation_frame(mut buf: &[u8]) -> Option<(u32, &str, ObligationFields<'_>)>
         }
         once(&mut seen, tag)?;
         match (tag, wire) {
-            (1, WireType::LengthDelimited) => {
-                f.obligation_id = std::str::from_utf8(delimited(&mut buf)?).ok()?
-            }
-            (2, WireType::LengthDelimited) => {
-                f.kind = std::str::from_utf8(delimited(&mut buf)?).ok()?
-            }
-            (3, WireType::LengthDelimited) => {
-                f.target = std::str::from_utf8(delimited(&mut buf)?).ok()?
-            }
+            (1, WireType::LengthDelimited) => f.obligation_id = text(&mut buf)?,
+            (2, WireType::LengthDelimited) => f.kind = text(&mut buf)?,
+            (3, WireType::LengthDelimited) => f.target = text(&mut buf)?,
             (4, WireType::LengthDelimited) => f.payload_json = delimited(&mut buf)?,
             (5, WireType::Varint) => f.deadline_seconds = decode_varint(&mut buf).ok()?,
             (6, WireType::Varint) => f.max_retries = decode_varint(&mut buf).ok()? as u32,
@@ -663,6 +660,29 @@ mod tests {
         ]
     }
 
+    /// A Phala update to `receiver`, as the properties below send it.
+    fn phala(
+        id: String,
+        delta: f64,
+        deadline: i64,
+        retries: i64,
+        seq: Option<u64>,
+        created: i64,
+    ) -> Obligation {
+        let mut b = Obligation::builder()
+            .id(id)
+            .kind(crate::polarity::PHALA_KIND)
+            .target("receiver")
+            .payload(serde_json::json!({"weight_delta": delta}))
+            .deadline_seconds(deadline)
+            .max_retries(retries)
+            .created_at(crate::model::Timestamp::from_unix_micros(created));
+        if let Some(s) = seq {
+            b = b.sequence(s);
+        }
+        b.build().expect("a valid obligation")
+    }
+
     /// A valid obligation's fields as a node writes them (digest and
     /// all), in the schema's order.
     fn valid_obligation() -> impl Strategy<Value = Vec<Field>> {
@@ -675,18 +695,7 @@ mod tests {
             0i64..4_000_000_000_000_000,
         )
             .prop_map(|(id, delta, deadline, retries, seq, created)| {
-                let mut b = Obligation::builder()
-                    .id(id)
-                    .kind(crate::polarity::PHALA_KIND)
-                    .target("receiver")
-                    .payload(serde_json::json!({"weight_delta": delta}))
-                    .deadline_seconds(deadline)
-                    .max_retries(retries)
-                    .created_at(crate::model::Timestamp::from_unix_micros(created));
-                if let Some(s) = seq {
-                    b = b.sequence(s);
-                }
-                let ob = b.build().expect("a valid obligation");
+                let ob = phala(id, delta, deadline, retries, seq, created);
                 let mut fs = vec![
                     Field::Delimited(1, ob.id().as_str().into()),
                     Field::Delimited(2, ob.kind().as_str().into()),
@@ -830,18 +839,7 @@ mod tests {
             delta in -1.0f64..1.0,
             seq in proptest::option::of(any::<u64>()),
         ) {
-            let mut b = Obligation::builder()
-                .id(id)
-                .kind(crate::polarity::PHALA_KIND)
-                .target("receiver")
-                .payload(serde_json::json!({"weight_delta": delta}))
-                .deadline_seconds(60)
-                .max_retries(3)
-                .created_at(crate::model::Timestamp::from_unix_micros(1_700_000_000_000_000));
-            if let Some(s) = seq {
-                b = b.sequence(s);
-            }
-            let ob = b.build().expect("a valid obligation");
+            let ob = phala(id, delta, 60, 3, seq, 1_700_000_000_000_000);
             let env = Envelope::new(AgentId::new("sender").unwrap(), Message::Obligation(ob));
             let bytes = env.encode();
             prop_assert!(obligation_frame(&bytes).is_some());
