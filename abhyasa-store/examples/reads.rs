@@ -140,6 +140,7 @@ fn main() {
         StoreKind::Redb => dir.path().join("reads.redb"),
         StoreKind::Sled => dir.path().join("reads.sled"),
         StoreKind::Log => dir.path().join("reads.log"),
+        StoreKind::Fjall => dir.path().join("reads.fjall"),
     };
     let mut store = kind.open(&path, &StoreOptions::default()).expect("open");
     let t = Instant::now();

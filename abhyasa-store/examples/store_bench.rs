@@ -1,4 +1,4 @@
-//! Store benchmark: sled, redb and the log store side by side.
+//! Store benchmark: sled, redb, the log store and fjall side by side.
 //!
 //! ```text
 //! cargo run --release -p abhyasa-store --example store_bench            # 1,000,000 pending
@@ -181,6 +181,7 @@ fn db_path(kind: StoreKind, dir: &Path) -> PathBuf {
         StoreKind::Sled => dir.join("sled"),
         StoreKind::Redb => dir.join("node.redb"),
         StoreKind::Log => dir.join("log"),
+        StoreKind::Fjall => dir.join("fjall"),
     }
 }
 
@@ -466,8 +467,13 @@ fn main() {
         Some(i) => vec![args
             .get(i + 1)
             .and_then(|v| v.parse().ok())
-            .expect("--store redb|sled|log")],
-        None => vec![StoreKind::Sled, StoreKind::Redb, StoreKind::Log],
+            .expect("--store redb|sled|log|fjall")],
+        None => vec![
+            StoreKind::Sled,
+            StoreKind::Redb,
+            StoreKind::Log,
+            StoreKind::Fjall,
+        ],
     };
     if args.iter().any(|a| a == "--cpu") {
         cpu_only(5, if quick { 100 } else { 400 });

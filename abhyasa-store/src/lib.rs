@@ -26,6 +26,7 @@
 
 mod codec;
 mod engine;
+mod fjall_store;
 mod index;
 pub mod kv;
 mod log_store;
@@ -41,6 +42,7 @@ use abhyasa_core::store::{Store, StoreError};
 use abhyasa_core::Timestamp;
 
 pub use engine::{CorruptRow, QuarantinedRow, FORMAT_VERSION};
+pub use fjall_store::FjallStore;
 pub use log_store::{FsDisk, LogDisk, LogOptions, LogStore};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
@@ -82,8 +84,8 @@ impl Default for StoreOptions {
     }
 }
 
-/// Which backend a node uses (`store = "redb" | "sled" | "log"` in its
-/// config).
+/// Which backend a node uses (`store = "redb" | "sled" | "log" | "fjall"`
+/// in its config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreKind {
     /// [`RedbStore`]: the default, chosen by measurement (see `README.md`).
@@ -93,6 +95,8 @@ pub enum StoreKind {
     Sled,
     /// [`LogStore`] (a directory).
     Log,
+    /// [`FjallStore`] (a directory).
+    Fjall,
 }
 
 impl StoreKind {
@@ -102,11 +106,12 @@ impl StoreKind {
             StoreKind::Redb => "redb",
             StoreKind::Sled => "sled",
             StoreKind::Log => "log",
+            StoreKind::Fjall => "fjall",
         }
     }
 
     /// Opens a store of this kind at `path` (a file for redb, a directory
-    /// for sled and log).
+    /// for sled, log and fjall).
     pub fn open(
         self,
         path: impl AsRef<Path>,
@@ -116,6 +121,7 @@ impl StoreKind {
             StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
             StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
             StoreKind::Log => Box::new(LogStore::open(path)?),
+            StoreKind::Fjall => Box::new(FjallStore::open_with(path, options)?),
         })
     }
 }
@@ -131,6 +137,7 @@ impl StoreKind {
             StoreKind::Redb => Box::new(RedbStore::open_with(path, options)?),
             StoreKind::Sled => Box::new(SledStore::open_with(path, options)?),
             StoreKind::Log => Box::new(LogStore::open(path)?),
+            StoreKind::Fjall => Box::new(FjallStore::open_with(path, options)?),
         })
     }
 }
@@ -143,7 +150,7 @@ impl fmt::Display for StoreKind {
 
 /// An unknown `store = "..."` value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown store {0:?}: expected \"redb\", \"sled\" or \"log\"")]
+#[error("unknown store {0:?}: expected \"redb\", \"sled\", \"log\" or \"fjall\"")]
 pub struct UnknownStoreKind(pub String);
 
 impl FromStr for StoreKind {
@@ -154,6 +161,7 @@ impl FromStr for StoreKind {
             "redb" => Ok(StoreKind::Redb),
             "sled" => Ok(StoreKind::Sled),
             "log" => Ok(StoreKind::Log),
+            "fjall" => Ok(StoreKind::Fjall),
             other => Err(UnknownStoreKind(other.to_string())),
         }
     }

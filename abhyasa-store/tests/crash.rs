@@ -473,6 +473,14 @@ fn log_crash_and_reopen_every_commit_point_c_ab2_3_c_ab3_3_c_ab3_5_c_ab4_3() {
     }
 }
 
+// The same on fjall.
+#[test]
+fn fjall_crash_and_reopen_every_commit_point_c_ab2_3_c_ab3_3_c_ab3_5_c_ab4_3() {
+    for sc in scenarios() {
+        enumerate(Kind::Fjall, &sc, &BOTH);
+    }
+}
+
 // C-AB4-3: recovery into a still-dead link escalates, with the fail-safe
 // applied, at the original deadline; C-AB2-3: the restored transfer keeps
 // its absolute deadline and attempt count.

@@ -139,6 +139,7 @@ fn inject(kind: Kind, path: &std::path::Path, table: &str, key: &[u8], value: &[
             db.flush().unwrap();
         }
         Kind::Log => log_inject(path, table, key, Some(value)),
+        Kind::Fjall => fjall_inject(path, table, key, Some(value)),
         Kind::Sim => unreachable!(),
     }
 }
@@ -149,6 +150,7 @@ fn open_repair(kind: Kind, path: &std::path::Path) -> Box<dyn Repair> {
         Kind::Redb => Box::new(RedbStore::open_with(path, &opts).unwrap()),
         Kind::Sled => Box::new(SledStore::open_with(path, &opts).unwrap()),
         Kind::Log => Box::new(abhyasa_store::LogStore::open(path).unwrap()),
+        Kind::Fjall => Box::new(abhyasa_store::FjallStore::open_with(path, &opts).unwrap()),
         Kind::Sim => unreachable!(),
     }
 }

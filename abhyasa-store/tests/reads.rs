@@ -283,6 +283,7 @@ fn damage(kind: Kind, path: &std::path::Path, table: &str, key: &str) {
     let garbage = [0xff, 0xff, 0x01];
     match kind {
         Kind::Log => log_inject(path, table, key.as_bytes(), Some(&garbage)),
+        Kind::Fjall => fjall_inject(path, table, key.as_bytes(), Some(&garbage)),
         Kind::Sled => {
             let db = reopen_sled(path);
             db.open_tree(table)

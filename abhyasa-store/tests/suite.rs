@@ -712,6 +712,7 @@ fn newer_format_version_is_refused() {
         let newer = (FORMAT_VERSION + 1).to_be_bytes();
         match kind {
             Kind::Log => log_inject(&path, "meta", b"format_version", Some(&newer)),
+            Kind::Fjall => fjall_inject(&path, "meta", b"format_version", Some(&newer)),
             Kind::Sled => {
                 let db = reopen_sled(&path);
                 db.open_tree("meta")
@@ -756,6 +757,7 @@ fn corrupt_rows_are_typed_errors() {
         }
         match kind {
             Kind::Log => log_inject(&path, "custody_pending", b"a", Some(&[0xff, 0xff, 0x01])),
+            Kind::Fjall => fjall_inject(&path, "custody_pending", b"a", Some(&[0xff, 0xff, 0x01])),
             Kind::Sled => {
                 let db = reopen_sled(&path);
                 db.open_tree("custody_pending")
@@ -795,6 +797,7 @@ fn store_kind_parses_config_values() {
     assert_eq!("sled".parse::<StoreKind>().unwrap(), StoreKind::Sled);
     assert_eq!("redb".parse::<StoreKind>().unwrap(), StoreKind::Redb);
     assert_eq!("log".parse::<StoreKind>().unwrap(), StoreKind::Log);
+    assert_eq!("fjall".parse::<StoreKind>().unwrap(), StoreKind::Fjall);
     assert!("rocksdb".parse::<StoreKind>().is_err());
     let dir = tempfile::tempdir().unwrap();
     let mut s = StoreKind::default()

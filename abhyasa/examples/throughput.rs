@@ -46,7 +46,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Custody throughput and latency over loopback QUIC.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Store: redb, sled, log, all (redb, sled and log) or postgres.
+    /// Store: redb, sled, log, fjall, all (those four) or postgres.
     #[arg(long, default_value = "all")]
     store: String,
     /// The database of `--store postgres` (default: env ABHYASA_PG_URL).
@@ -144,6 +144,7 @@ fn main() -> Result<(), BoxError> {
             Backend::Embedded(StoreKind::Redb),
             Backend::Embedded(StoreKind::Sled),
             Backend::Embedded(StoreKind::Log),
+            Backend::Embedded(StoreKind::Fjall),
         ],
         "postgres" => {
             let url = args

@@ -7,7 +7,7 @@
 //! ```toml
 //! agent = "alice"                 # this node's agent id (required)
 //! listen = "0.0.0.0:7400"         # QUIC listen address (UDP)
-//! store = "redb"                  # "redb" (default), "sled", "log" or "postgres"
+//! store = "redb"                  # "redb" (default), "sled", "log", "fjall" or "postgres"
 //! store_path = "store.redb"       # relative to the node directory
 //! postgres_url = "postgres://…"  # store = "postgres": the database (else env ABHYASA_PG_URL)
 //! postgres_lease_ms = 10000       # store = "postgres": ownership lease (a standby takes over after it)

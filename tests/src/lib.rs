@@ -6,7 +6,7 @@
 //! keys), WebSocket (signed hello), store-and-forward through a relay
 //! daemon (sealed frames over QUIC, the relay's spool on redb) and the A2A
 //! HTTP binding (plain loopback, per-peer bearer credentials), each over
-//! SimStore, redb, sled, the log store and PostgreSQL (the last only with
+//! SimStore, redb, sled, the log store, fjall and PostgreSQL (the last only with
 //! `ABHYASA_PG_URL`). The scenarios live in `tests/conformance.rs`; this
 //! crate is the world they run in.
 //!
@@ -119,6 +119,8 @@ pub enum Disk {
     Sled,
     /// `abhyasa-store`'s log store, in a temporary directory.
     Log,
+    /// `abhyasa-store`'s fjall engine, in a temporary directory.
+    Fjall,
     /// `abhyasa-pg` on the database named by `ABHYASA_PG_URL` (CI starts
     /// one), a fresh partition per node per world. Without the variable
     /// the cell is skipped, saying so ([`postgres_url`]).
@@ -738,6 +740,9 @@ impl Env {
             Disk::Redb => StoreKind::Redb.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Sled => StoreKind::Sled.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Log => StoreKind::Log.open(self.store_path(name), &StoreOptions::default())?,
+            Disk::Fjall => {
+                StoreKind::Fjall.open(self.store_path(name), &StoreOptions::default())?
+            }
             Disk::Postgres => {
                 let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
                 let mut o = abhyasa_pg::PgOptions::default();

@@ -1,6 +1,6 @@
 //! The conformance suite (shared/CONFORMANCE.md) through the node, one
 //! body per id, each run over every transport × store:
-//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, log, pg}` (the `pg`
+//! `{mem, quic, ws, relayed, http} × {sim, redb, sled, log, fjall, pg}` (the `pg`
 //! cells need `ABHYASA_PG_URL`, which `.ci/run` sets; without it they say
 //! SKIPPED). A failure names its cell (`c_ab4_1_total_loss::relayed_sled`).
 //!
@@ -47,11 +47,12 @@ const NETS: [(&str, Net); 5] = [
     ("relayed", Net::Relayed),
     ("http", Net::Http),
 ];
-const DISKS: [(&str, Disk); 5] = [
+const DISKS: [(&str, Disk); 6] = [
     ("sim", Disk::Sim),
     ("redb", Disk::Redb),
     ("sled", Disk::Sled),
     ("log", Disk::Log),
+    ("fjall", Disk::Fjall),
     ("pg", Disk::Postgres),
 ];
 

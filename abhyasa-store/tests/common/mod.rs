@@ -101,10 +101,11 @@ pub enum Kind {
     Sled,
     Redb,
     Log,
+    Fjall,
 }
 
-pub const ALL: [Kind; 4] = [Kind::Sim, Kind::Sled, Kind::Redb, Kind::Log];
-pub const DISK: [Kind; 3] = [Kind::Sled, Kind::Redb, Kind::Log];
+pub const ALL: [Kind; 5] = [Kind::Sim, Kind::Sled, Kind::Redb, Kind::Log, Kind::Fjall];
+pub const DISK: [Kind; 4] = [Kind::Sled, Kind::Redb, Kind::Log, Kind::Fjall];
 /// The stores that existed before format 2 and event blocks: the log
 /// store was born on them, so it has no older database to migrate.
 pub const LEGACY: [Kind; 2] = [Kind::Sled, Kind::Redb];
@@ -117,14 +118,12 @@ impl Kind {
             Kind::Sled => "sled",
             Kind::Redb => "redb",
             Kind::Log => "log",
+            Kind::Fjall => "fjall",
         }
     }
 
     pub fn from_name(s: &str) -> Kind {
-        [Kind::Sim, Kind::Sled, Kind::Redb, Kind::Log]
-            .into_iter()
-            .find(|k| k.name() == s)
-            .unwrap()
+        ALL.into_iter().find(|k| k.name() == s).unwrap()
     }
 
     /// The embedded store kind.
@@ -189,6 +188,21 @@ pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<
     f.sync_data().unwrap();
 }
 
+/// Writes `value` (or deletes, `None`) at `key` of `table` in the fjall
+/// store in `dir` through fjall itself, durably: the tests use it to plant
+/// rows the store would never write.
+pub fn fjall_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<&[u8]>) {
+    let db = fjall::Database::builder(dir).open().unwrap();
+    let ks = db
+        .keyspace(table, fjall::KeyspaceCreateOptions::default)
+        .unwrap();
+    match value {
+        Some(v) => ks.insert(key, v).unwrap(),
+        None => ks.remove(key).unwrap(),
+    }
+    db.persist(fjall::PersistMode::SyncAll).unwrap();
+}
+
 /// A store plus what a test needs around it: a crash hook on commit `k`
 /// and a restart (crash of the simulated process, or close and reopen of
 /// the database).
@@ -251,6 +265,7 @@ pub fn open_disk(kind: Kind, path: &std::path::Path) -> Result<Box<dyn Store>, S
         Kind::Sled => Box::new(SledStore::open_with(path, &opts)?),
         Kind::Redb => Box::new(RedbStore::open_with(path, &opts)?),
         Kind::Log => Box::new(abhyasa_store::LogStore::open(path)?),
+        Kind::Fjall => Box::new(abhyasa_store::FjallStore::open_with(path, &opts)?),
         Kind::Sim => unreachable!("not a disk store"),
     })
 }
@@ -279,6 +294,7 @@ pub fn disk_path(kind: Kind, dir: &std::path::Path) -> PathBuf {
     match kind {
         Kind::Sled => dir.join("sled"),
         Kind::Log => dir.join("log"),
+        Kind::Fjall => dir.join("fjall"),
         _ => dir.join("node.redb"),
     }
 }

@@ -82,7 +82,7 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
     let cfg = NodeConfig::load(&a.dir)?;
     if cfg.postgres.is_some() {
         return Err(
-            "store check/quarantine are for the embedded stores (redb, sled, log); \
+            "store check/quarantine are for the embedded stores (redb, sled, log, fjall); \
                     a PostgreSQL store is checked with the database's own tools"
                 .into(),
         );

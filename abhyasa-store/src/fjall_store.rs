@@ -1,0 +1,312 @@
+//! [`FjallStore`]: the store on fjall 3 (an LSM-tree), one database per
+//! node, one keyspace per table.
+//!
+//! # Durability
+//!
+//! A commit runs the engine over a transaction of its own: reads see the
+//! keyspaces with this commit's writes laid over them, and the writes are
+//! kept in memory until the engine is done. They are then handed to fjall
+//! as one write batch, which fjall appends to its journal as one entry
+//! (checksummed; a torn entry is dropped whole on recovery, with every
+//! keyspace it touches) and makes durable with `fdatasync`
+//! (`PersistMode::SyncData`) before `commit` returns. fjall flushes
+//! memtables and compacts tables on its own threads; a journal is deleted
+//! only once every memtable it holds has been written out, so every
+//! commit reported durable is either in a journal or in a table.
+//!
+//! Memory is bounded by fjall's memtables (what its journals hold, 64 MiB
+//! here, see [`JOURNAL_BYTES`]), its block cache
+//! ([`StoreOptions::cache_bytes`]) and a commit's own writes, not by the
+//! data held: the store keeps no rows of its own between commits. A
+//! restart replays at most that much journal.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Slice};
+
+use abhyasa_core::custody::Record;
+use abhyasa_core::principal::DecisionItem;
+use abhyasa_core::store::{
+    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
+    Store, StoreError, StoredEvent,
+};
+use abhyasa_core::{ObligationId, Timestamp};
+
+use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::{index, reads};
+use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
+
+const BACKEND: &str = "fjall";
+
+/// Journal bytes fjall keeps before it flushes the memtables they hold
+/// (fjall's floor; its default is 512 MiB): what is not yet in a table is
+/// in a journal, so this also bounds the memtables' sum. A restart replays
+/// them all:
+/// on 1,000,000 pending obligations, 512 MiB of journal took the recovery
+/// to 3.8 s and 700 B per pending, 64 MiB to 2.6 s and 644 B (issue 14,
+/// `store_bench --store fjall --only-scale --pending 1000000`).
+const JOURNAL_BYTES: u64 = 64 << 20;
+
+fn backend(op: &'static str, e: fjall::Error) -> StoreError {
+    match e {
+        fjall::Error::Io(source) => StoreError::Io { op, source },
+        other => StoreError::Backend {
+            backend: BACKEND,
+            op,
+            source: Box::new(other),
+        },
+    }
+}
+
+/// The store on fjall. See the module docs for how a commit is made
+/// durable.
+pub struct FjallStore {
+    db: Database,
+    keyspaces: Vec<Keyspace>,
+    path: PathBuf,
+    format: u32,
+}
+
+impl std::fmt::Debug for FjallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStore")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A commit's writes, by table: `None` deletes the key. Held as fjall's
+/// own byte slices, so the batch takes them without another copy.
+type Overlay = Vec<BTreeMap<Slice, Option<Slice>>>;
+
+/// A write transaction: the keyspaces as they are, with `writes` laid
+/// over them. Nothing reaches fjall until [`FjallStore::transact`] hands
+/// `writes` over as one batch.
+struct FjallTxn<'a> {
+    keyspaces: &'a [Keyspace],
+    writes: Overlay,
+}
+
+impl Txn for FjallTxn<'_> {
+    fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(w) = self.writes[t.index()].get(k) {
+            return Ok(w.as_ref().map(|v| v.to_vec()));
+        }
+        Ok(self.keyspaces[t.index()]
+            .get(k)
+            .map_err(|e| backend("read", e))?
+            .map(|v| v.to_vec()))
+    }
+
+    fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
+        self.writes[t.index()].insert(Slice::from(k), Some(Slice::from(v)));
+        Ok(())
+    }
+
+    fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        self.writes[t.index()].insert(Slice::from(k), None);
+        Ok(())
+    }
+}
+
+/// Reads straight from the keyspaces. Consistent: the store is its own
+/// only writer, and a commit takes `&mut self`, so no batch is applied
+/// while a view (borrowing `&self`) reads.
+struct FjallView<'a>(&'a [Keyspace]);
+
+impl View for FjallView<'_> {
+    fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0[t.index()]
+            .get(k)
+            .map_err(|e| backend("read", e))?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
+        for item in self.0[t.index()].range(from..) {
+            let (k, v) = item.into_inner().map_err(|e| backend("scan", e))?;
+            if !f(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FjallStore {
+    /// Opens (or creates) the database in directory `path` with default
+    /// options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, &StoreOptions::default())
+    }
+
+    /// Opens (or creates) the database in directory `path`, replaying its
+    /// journal. Fails with [`StoreError::NewerFormat`] if it was written by
+    /// a newer format.
+    pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let db = Database::builder(&path)
+            .cache_size(options.cache_bytes)
+            .max_journaling_size(JOURNAL_BYTES)
+            .open()
+            .map_err(|e| backend("open", e))?;
+        let keyspaces = Table::ALL
+            .iter()
+            .map(|t| {
+                db.keyspace(t.name(), KeyspaceCreateOptions::default)
+                    .map_err(|e| backend("open keyspace", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // A new keyspace is made durable by fjall's own metadata writes;
+        // sync the journal too, so that nothing below starts on state a
+        // crash could take back.
+        db.persist(PersistMode::SyncAll)
+            .map_err(|e| backend("persist", e))?;
+        let mut s = Self {
+            db,
+            keyspaces,
+            path,
+            format: 0,
+        };
+        s.format = match engine::check_format(&FjallView(&s.keyspaces))? {
+            Format::Known(v) if engine::needs_rebuild(&FjallView(&s.keyspaces), v)? => {
+                // Migration (version 1 had no indexes) or an interrupted
+                // quarantine: derive the indexes from the records, in one
+                // batch with the new version.
+                let plan = index::plan_rebuild(&FjallView(&s.keyspaces))?;
+                s.transact("migrate", |t| engine::finish_rebuild(t, &plan))?;
+                engine::FORMAT_VERSION
+            }
+            Format::Known(v) => v,
+            Format::Fresh => {
+                s.transact("init", |t| engine::init_format(t))?;
+                engine::FORMAT_VERSION
+            }
+        };
+        Ok(s)
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes the database occupies on disk (journals and tables).
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.db.disk_space().map_err(|e| backend("size", e))
+    }
+
+    /// Runs `f` over a transaction and, if it succeeds, writes its writes
+    /// as one batch, durable (`fdatasync`) before this returns. If `f`
+    /// fails, nothing was written.
+    fn transact<T>(
+        &mut self,
+        op: &'static str,
+        f: impl FnOnce(&mut FjallTxn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut t = FjallTxn {
+            keyspaces: &self.keyspaces,
+            writes: Table::ALL.iter().map(|_| BTreeMap::new()).collect(),
+        };
+        let out = f(&mut t)?;
+        let writes = t.writes;
+        let n: usize = writes.iter().map(BTreeMap::len).sum();
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
+        for (ks, rows) in self.keyspaces.iter().zip(writes) {
+            for (k, v) in rows {
+                match v {
+                    Some(v) => batch.insert(ks, k, v),
+                    None => batch.remove(ks, k),
+                }
+            }
+        }
+        batch.commit().map_err(|e| backend(op, e))?;
+        Ok(out)
+    }
+}
+
+impl Store for FjallStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn format_version(&self) -> u32 {
+        self.format
+    }
+
+    fn commit(&mut self, now: Timestamp, batches: &[&[Record]]) -> Result<Committed, StoreError> {
+        self.transact("commit", |t| engine::commit(t, now, batches))
+    }
+
+    fn load(&self) -> Result<DurableState, StoreError> {
+        engine::load(&FjallView(&self.keyspaces))
+    }
+
+    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
+        reads::inbox(&FjallView(&self.keyspaces), now)
+    }
+
+    fn list(
+        &self,
+        state: Option<ListState>,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<Listed, ObligationId>, StoreError> {
+        reads::list(&FjallView(&self.keyspaces), state, after, limit)
+    }
+
+    fn escalations(
+        &self,
+        after: Option<EventId>,
+        limit: usize,
+    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
+        reads::escalations(&FjallView(&self.keyspaces), after, limit)
+    }
+
+    fn decisions(
+        &self,
+        after: Option<&ObligationId>,
+        limit: usize,
+    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
+        reads::decisions(&FjallView(&self.keyspaces), after, limit)
+    }
+
+    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        engine::events(&FjallView(&self.keyspaces), from, limit)
+    }
+
+    fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
+        let (dels, out) = engine::plan_compaction(&FjallView(&self.keyspaces), now, retention)?;
+        if !dels.is_empty() {
+            self.transact("compact", |t| engine::delete(t, &dels))?;
+        }
+        Ok(out)
+    }
+}
+
+impl Repair for FjallStore {
+    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
+        engine::check(&FjallView(&self.keyspaces))
+    }
+
+    fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
+        let bad = engine::check(&FjallView(&self.keyspaces))?;
+        if bad.is_empty() {
+            return Ok(Vec::new());
+        }
+        let moved = self.transact("quarantine", |t| engine::quarantine(t, now, &bad))?;
+        let plan = index::plan_rebuild(&FjallView(&self.keyspaces))?;
+        self.transact("reindex", |t| engine::finish_rebuild(t, &plan))?;
+        Ok(moved)
+    }
+
+    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
+        engine::quarantined(&FjallView(&self.keyspaces))
+    }
+}
