@@ -27,26 +27,21 @@ use std::time::Duration;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Slice};
 
 use abhyasa_core::custody::Record;
-use abhyasa_core::principal::DecisionItem;
-use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
-    Store, StoreError, StoredEvent,
-};
-use abhyasa_core::{ObligationId, Timestamp};
+use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
+use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
-use crate::{index, reads};
-use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
+use crate::index;
+use crate::{QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "fjall";
 
 /// Journal bytes fjall keeps before it flushes the memtables they hold
 /// (fjall's floor; its default is 512 MiB): what is not yet in a table is
 /// in a journal, so this also bounds the memtables' sum. A restart replays
-/// them all:
-/// on 1,000,000 pending obligations, 512 MiB of journal took the recovery
-/// to 3.8 s and 700 B per pending, 64 MiB to 2.6 s and 644 B (issue 14,
-/// `store_bench --store fjall --only-scale --pending 1000000`).
+/// them all: on 1,000,000 pending obligations, 512 MiB of journal took the
+/// recovery to 3.8 s and 700 B per pending, 64 MiB to 2.6 s and 642 B
+/// (issue 14, `store_bench --store fjall --only-scale --pending 1000000`).
 const JOURNAL_BYTES: u64 = 64 << 20;
 
 fn backend(op: &'static str, e: fjall::Error) -> StoreError {
@@ -244,42 +239,7 @@ impl Store for FjallStore {
         self.transact("commit", |t| engine::commit(t, now, batches))
     }
 
-    fn load(&self) -> Result<DurableState, StoreError> {
-        engine::load(&FjallView(&self.keyspaces))
-    }
-
-    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
-        reads::inbox(&FjallView(&self.keyspaces), now)
-    }
-
-    fn list(
-        &self,
-        state: Option<ListState>,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<Listed, ObligationId>, StoreError> {
-        reads::list(&FjallView(&self.keyspaces), state, after, limit)
-    }
-
-    fn escalations(
-        &self,
-        after: Option<EventId>,
-        limit: usize,
-    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
-        reads::escalations(&FjallView(&self.keyspaces), after, limit)
-    }
-
-    fn decisions(
-        &self,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
-        reads::decisions(&FjallView(&self.keyspaces), after, limit)
-    }
-
-    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        engine::events(&FjallView(&self.keyspaces), from, limit)
-    }
+    reads_through_view!(self => FjallView(&self.keyspaces));
 
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
         let (dels, out) = engine::plan_compaction(&FjallView(&self.keyspaces), now, retention)?;
@@ -291,9 +251,7 @@ impl Store for FjallStore {
 }
 
 impl Repair for FjallStore {
-    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
-        engine::check(&FjallView(&self.keyspaces))
-    }
+    repair_reads_through_view!(self => FjallView(&self.keyspaces));
 
     fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
         let bad = engine::check(&FjallView(&self.keyspaces))?;
@@ -304,9 +262,5 @@ impl Repair for FjallStore {
         let plan = index::plan_rebuild(&FjallView(&self.keyspaces))?;
         self.transact("reindex", |t| engine::finish_rebuild(t, &plan))?;
         Ok(moved)
-    }
-
-    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
-        engine::quarantined(&FjallView(&self.keyspaces))
     }
 }

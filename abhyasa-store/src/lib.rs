@@ -24,6 +24,87 @@
 //! See `README.md` for the benchmark that chose the default.
 #![forbid(unsafe_code)]
 
+/// The read methods of [`Store`] (and [`Repair`]'s two reads), for a
+/// backend whose reads all go through one consistent view: `$view` builds
+/// it from `$self` (and may use `?`). Every backend answers its reads with
+/// the same engine functions over its own view; only the view differs.
+macro_rules! reads_through_view {
+    ($self:ident => $view:expr) => {
+        fn load(&$self) -> Result<abhyasa_core::store::DurableState, StoreError> {
+            $crate::engine::load(&$view)
+        }
+
+        fn inbox(
+            &$self,
+            now: abhyasa_core::Timestamp,
+        ) -> Result<abhyasa_core::store::Inbox, StoreError> {
+            $crate::reads::inbox(&$view, now)
+        }
+
+        fn list(
+            &$self,
+            state: Option<abhyasa_core::store::ListState>,
+            after: Option<&abhyasa_core::ObligationId>,
+            limit: usize,
+        ) -> Result<
+            abhyasa_core::store::Page<abhyasa_core::store::Listed, abhyasa_core::ObligationId>,
+            StoreError,
+        > {
+            $crate::reads::list(&$view, state, after, limit)
+        }
+
+        fn escalations(
+            &$self,
+            after: Option<abhyasa_core::store::EventId>,
+            limit: usize,
+        ) -> Result<
+            abhyasa_core::store::Page<
+                abhyasa_core::store::EscalationEntry,
+                abhyasa_core::store::EventId,
+            >,
+            StoreError,
+        > {
+            $crate::reads::escalations(&$view, after, limit)
+        }
+
+        fn decisions(
+            &$self,
+            after: Option<&abhyasa_core::ObligationId>,
+            limit: usize,
+        ) -> Result<
+            abhyasa_core::store::Page<
+                abhyasa_core::principal::DecisionItem,
+                abhyasa_core::ObligationId,
+            >,
+            StoreError,
+        > {
+            $crate::reads::decisions(&$view, after, limit)
+        }
+
+        fn events(
+            &$self,
+            from: abhyasa_core::store::EventId,
+            limit: usize,
+        ) -> Result<Vec<abhyasa_core::store::StoredEvent>, StoreError> {
+            $crate::engine::events(&$view, from, limit)
+        }
+    };
+}
+
+/// [`Repair`]'s two reads over a backend's view (see
+/// [`reads_through_view`]).
+macro_rules! repair_reads_through_view {
+    ($self:ident => $view:expr) => {
+        fn check(&$self) -> Result<Vec<$crate::CorruptRow>, StoreError> {
+            $crate::engine::check(&$view)
+        }
+
+        fn quarantined(&$self) -> Result<Vec<$crate::QuarantinedRow>, StoreError> {
+            $crate::engine::quarantined(&$view)
+        }
+    };
+}
+
 mod codec;
 mod engine;
 mod fjall_store;

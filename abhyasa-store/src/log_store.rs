@@ -64,16 +64,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use abhyasa_core::custody::Record;
-use abhyasa_core::principal::DecisionItem;
-use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
-    Store, StoreError, StoredEvent,
-};
-use abhyasa_core::{ObligationId, Timestamp};
+use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
+use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
-use crate::{index, reads};
-use crate::{CorruptRow, QuarantinedRow, Repair};
+use crate::index;
+use crate::{QuarantinedRow, Repair};
 
 const BACKEND: &str = "log";
 
@@ -1072,42 +1068,7 @@ impl Store for LogStore {
         self.transact(|t| engine::commit(t, now, batches))
     }
 
-    fn load(&self) -> Result<DurableState, StoreError> {
-        engine::load(&self.view())
-    }
-
-    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
-        reads::inbox(&self.view(), now)
-    }
-
-    fn list(
-        &self,
-        state: Option<ListState>,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<Listed, ObligationId>, StoreError> {
-        reads::list(&self.view(), state, after, limit)
-    }
-
-    fn escalations(
-        &self,
-        after: Option<EventId>,
-        limit: usize,
-    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
-        reads::escalations(&self.view(), after, limit)
-    }
-
-    fn decisions(
-        &self,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
-        reads::decisions(&self.view(), after, limit)
-    }
-
-    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        engine::events(&self.view(), from, limit)
-    }
+    reads_through_view!(self => self.view());
 
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
         let (dels, out) = engine::plan_compaction(&self.view(), now, retention)?;
@@ -1119,9 +1080,7 @@ impl Store for LogStore {
 }
 
 impl Repair for LogStore {
-    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
-        engine::check(&self.view())
-    }
+    repair_reads_through_view!(self => self.view());
 
     fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
         let bad = engine::check(&self.view())?;
@@ -1132,10 +1091,6 @@ impl Repair for LogStore {
         let plan = index::plan_rebuild(&self.view())?;
         self.transact(|t| engine::finish_rebuild(t, &plan))?;
         Ok(moved)
-    }
-
-    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
-        engine::quarantined(&self.view())
     }
 }
 

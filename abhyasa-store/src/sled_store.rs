@@ -26,16 +26,12 @@ use sled::transaction::{
 use sled::Transactional;
 
 use abhyasa_core::custody::Record;
-use abhyasa_core::principal::DecisionItem;
-use abhyasa_core::store::{
-    Committed, Compacted, DurableState, EscalationEntry, EventId, Inbox, ListState, Listed, Page,
-    Store, StoreError, StoredEvent,
-};
-use abhyasa_core::{ObligationId, Timestamp};
+use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
+use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Format, Table, Txn, View, Visit};
-use crate::{index, reads};
-use crate::{CorruptRow, QuarantinedRow, Repair, StoreOptions};
+use crate::index;
+use crate::{QuarantinedRow, Repair, StoreOptions};
 
 const BACKEND: &str = "sled";
 
@@ -285,42 +281,7 @@ impl Store for SledStore {
         Ok(c)
     }
 
-    fn load(&self) -> Result<DurableState, StoreError> {
-        engine::load(&SledView(&self.trees))
-    }
-
-    fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
-        reads::inbox(&SledView(&self.trees), now)
-    }
-
-    fn list(
-        &self,
-        state: Option<ListState>,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<Listed, ObligationId>, StoreError> {
-        reads::list(&SledView(&self.trees), state, after, limit)
-    }
-
-    fn escalations(
-        &self,
-        after: Option<EventId>,
-        limit: usize,
-    ) -> Result<Page<EscalationEntry, EventId>, StoreError> {
-        reads::escalations(&SledView(&self.trees), after, limit)
-    }
-
-    fn decisions(
-        &self,
-        after: Option<&ObligationId>,
-        limit: usize,
-    ) -> Result<Page<DecisionItem, ObligationId>, StoreError> {
-        reads::decisions(&SledView(&self.trees), after, limit)
-    }
-
-    fn events(&self, from: EventId, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        engine::events(&SledView(&self.trees), from, limit)
-    }
+    reads_through_view!(self => SledView(&self.trees));
 
     fn compact(&mut self, now: Timestamp, retention: Duration) -> Result<Compacted, StoreError> {
         let (dels, out) = engine::plan_compaction(&SledView(&self.trees), now, retention)?;
@@ -333,9 +294,7 @@ impl Store for SledStore {
 }
 
 impl Repair for SledStore {
-    fn check(&self) -> Result<Vec<CorruptRow>, StoreError> {
-        engine::check(&SledView(&self.trees))
-    }
+    repair_reads_through_view!(self => SledView(&self.trees));
 
     fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError> {
         let bad = engine::check(&SledView(&self.trees))?;
@@ -348,9 +307,5 @@ impl Repair for SledStore {
         self.transact("reindex", |t| engine::finish_rebuild(t, &plan))?;
         self.sync()?;
         Ok(moved)
-    }
-
-    fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError> {
-        engine::quarantined(&SledView(&self.trees))
     }
 }
