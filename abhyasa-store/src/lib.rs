@@ -24,9 +24,9 @@
 //! See `README.md` for the benchmark that chose the default.
 #![forbid(unsafe_code)]
 
-/// The read methods of [`Store`] (and [`Repair`]'s two reads), for a
-/// backend whose reads all go through one consistent view: `$view` builds
-/// it from `$self` (and may use `?`). Every backend answers its reads with
+/// The read methods of [`Store`], for a backend whose reads all go
+/// through one consistent view: `$view` builds it from `$self` (and may
+/// use `?`). Every backend answers its reads with
 /// the same engine functions over its own view; only the view differs.
 macro_rules! reads_through_view {
     ($self:ident => $view:expr) => {
@@ -92,7 +92,7 @@ macro_rules! reads_through_view {
 }
 
 /// [`Repair`]'s two reads over a backend's view (see
-/// [`reads_through_view`]).
+/// `reads_through_view!`).
 macro_rules! repair_reads_through_view {
     ($self:ident => $view:expr) => {
         fn check(&$self) -> Result<Vec<$crate::CorruptRow>, StoreError> {
