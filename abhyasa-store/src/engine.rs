@@ -236,8 +236,51 @@ pub(crate) fn init_format(txn: &mut dyn Txn) -> Result<(), StoreError> {
 
 /// Whether the indexes must be derived again on open: the database is of
 /// an older format (migration) or a quarantine did not finish.
-pub(crate) fn needs_rebuild(v: &dyn View, found: u32) -> Result<bool, StoreError> {
+fn needs_rebuild(v: &dyn View, found: u32) -> Result<bool, StoreError> {
     Ok(found < FORMAT_VERSION || v.get(Table::Meta, META_INDEX_STALE)?.is_some())
+}
+
+/// What an embedded database needs written, in one transaction, before
+/// it is used ([`setup`]).
+pub(crate) enum Setup {
+    /// A new database: its format version.
+    Init,
+    /// A version-1 database (no indexes) or one whose quarantine did not
+    /// finish: the indexes derived from the records, with the current
+    /// version.
+    Rebuild(crate::index::Rebuild),
+}
+
+impl Setup {
+    /// The name of the transaction, for its errors.
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            Setup::Init => "init",
+            Setup::Rebuild(_) => "migrate",
+        }
+    }
+
+    /// Writes it.
+    pub(crate) fn write(&self, txn: &mut dyn Txn) -> Result<(), StoreError> {
+        match self {
+            Setup::Init => init_format(txn),
+            Setup::Rebuild(plan) => finish_rebuild(txn, plan),
+        }
+    }
+}
+
+/// On open: the format the database has once set up, and what must be
+/// written first to set it up, if anything. Fails as [`check_format`]
+/// does.
+pub(crate) fn setup(v: &dyn View) -> Result<(u32, Option<Setup>), StoreError> {
+    Ok(match check_format(v)? {
+        Format::Known(found) if needs_rebuild(v, found)? => (
+            FORMAT_VERSION,
+            Some(Setup::Rebuild(crate::index::plan_rebuild(v)?)),
+        ),
+        Format::Known(found) => (found, None),
+        Format::Fresh => (FORMAT_VERSION, Some(Setup::Init)),
+    })
 }
 
 /// Rebuilds the indexes from the records and marks the database current,

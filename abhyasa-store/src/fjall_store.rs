@@ -30,7 +30,7 @@ use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
-use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::engine::{self, Table, Txn, View, Visit};
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -166,21 +166,11 @@ impl FjallStore {
             path,
             format: 0,
         };
-        s.format = match engine::check_format(&FjallView(&s.keyspaces))? {
-            Format::Known(v) if engine::needs_rebuild(&FjallView(&s.keyspaces), v)? => {
-                // Migration (version 1 had no indexes) or an interrupted
-                // quarantine: derive the indexes from the records, in one
-                // batch with the new version.
-                let plan = index::plan_rebuild(&FjallView(&s.keyspaces))?;
-                s.transact("migrate", |t| engine::finish_rebuild(t, &plan))?;
-                engine::FORMAT_VERSION
-            }
-            Format::Known(v) => v,
-            Format::Fresh => {
-                s.transact("init", |t| engine::init_format(t))?;
-                engine::FORMAT_VERSION
-            }
-        };
+        let (format, setup) = engine::setup(&FjallView(&s.keyspaces))?;
+        if let Some(w) = setup {
+            s.transact(w.op(), |t| w.write(t))?;
+        }
+        s.format = format;
         Ok(s)
     }
 
@@ -208,10 +198,7 @@ impl FjallStore {
         };
         let out = f(&mut t)?;
         let writes = t.writes;
-        let n: usize = writes.iter().map(BTreeMap::len).sum();
-        if n == 0 {
-            return Ok(out);
-        }
+        // An empty batch commits nothing: fjall neither writes nor syncs it.
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
         for (ks, rows) in self.keyspaces.iter().zip(writes) {
             for (k, v) in rows {

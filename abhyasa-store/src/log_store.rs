@@ -67,7 +67,7 @@ use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
-use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::engine::{self, Table, Txn, View, Visit};
 use crate::index;
 use crate::{QuarantinedRow, Repair};
 
@@ -843,19 +843,11 @@ impl LogStore {
             s.start_checkpoint()?;
             s.finish_checkpoint()?;
         }
-        let view = LogView(&s.tables);
-        s.format = match engine::check_format(&view)? {
-            Format::Known(v) if engine::needs_rebuild(&view, v)? => {
-                let plan = index::plan_rebuild(&view)?;
-                s.transact(|t| engine::finish_rebuild(t, &plan))?;
-                engine::FORMAT_VERSION
-            }
-            Format::Known(v) => v,
-            Format::Fresh => {
-                s.transact(|t| engine::init_format(t))?;
-                engine::FORMAT_VERSION
-            }
-        };
+        let (format, setup) = engine::setup(&s.view())?;
+        if let Some(w) = setup {
+            s.transact(|t| w.write(t))?;
+        }
+        s.format = format;
         Ok(s)
     }
 

@@ -11,7 +11,7 @@ use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
-use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::engine::{self, Table, Txn, View, Visit};
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -214,23 +214,11 @@ impl RedbStore {
             }
             Ok(())
         })?;
-        let view = s.view()?;
-        s.format = match engine::check_format(&view)? {
-            Format::Known(v) if engine::needs_rebuild(&view, v)? => {
-                // Migration (version 1 had no indexes) or an interrupted
-                // quarantine: derive the indexes from the records, in one
-                // transaction with the new version.
-                let plan = index::plan_rebuild(&view)?;
-                drop(view);
-                s.transact(|t| engine::finish_rebuild(t, &plan))?;
-                engine::FORMAT_VERSION
-            }
-            Format::Known(v) => v,
-            Format::Fresh => {
-                s.transact(|t| engine::init_format(t))?;
-                engine::FORMAT_VERSION
-            }
-        };
+        let (format, setup) = engine::setup(&s.view()?)?;
+        if let Some(w) = setup {
+            s.transact(|t| w.write(t))?;
+        }
+        s.format = format;
         Ok(s)
     }
 

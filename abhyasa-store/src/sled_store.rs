@@ -29,7 +29,7 @@ use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
-use crate::engine::{self, Format, Table, Txn, View, Visit};
+use crate::engine::{self, Table, Txn, View, Visit};
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -162,23 +162,12 @@ impl SledStore {
             format: 0,
         };
         s.synced_blobs = s.blob_names()?;
-        s.format = match engine::check_format(&SledView(&s.trees))? {
-            Format::Known(v) if engine::needs_rebuild(&SledView(&s.trees), v)? => {
-                // Migration (version 1 had no indexes) or an interrupted
-                // quarantine: derive the indexes from the records, in one
-                // transaction with the new version.
-                let plan = index::plan_rebuild(&SledView(&s.trees))?;
-                s.transact("migrate", |t| engine::finish_rebuild(t, &plan))?;
-                s.sync()?;
-                engine::FORMAT_VERSION
-            }
-            Format::Known(v) => v,
-            Format::Fresh => {
-                s.transact("init", |t| engine::init_format(t))?;
-                s.sync()?;
-                engine::FORMAT_VERSION
-            }
-        };
+        let (format, setup) = engine::setup(&SledView(&s.trees))?;
+        if let Some(w) = setup {
+            s.transact(w.op(), |t| w.write(t))?;
+            s.sync()?;
+        }
+        s.format = format;
         Ok(s)
     }
 
