@@ -12,7 +12,7 @@ use abhyasa_core::custody::{Custodian, Record};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::{Store, StoreError};
 use abhyasa_core::{Obligation, SafeEffect};
-use abhyasa_store::{RedbStore, Repair, SledStore, StoreOptions};
+use abhyasa_store::{Repair, StoreOptions};
 use common::*;
 use serde_json::{json, Value};
 use sled_reopen::reopen_sled;
@@ -145,14 +145,9 @@ fn inject(kind: Kind, path: &std::path::Path, table: &str, key: &[u8], value: &[
 }
 
 fn open_repair(kind: Kind, path: &std::path::Path) -> Box<dyn Repair> {
-    let opts = StoreOptions::default();
-    match kind {
-        Kind::Redb => Box::new(RedbStore::open_with(path, &opts).unwrap()),
-        Kind::Sled => Box::new(SledStore::open_with(path, &opts).unwrap()),
-        Kind::Log => Box::new(abhyasa_store::LogStore::open(path).unwrap()),
-        Kind::Fjall => Box::new(abhyasa_store::FjallStore::open_with(path, &opts).unwrap()),
-        Kind::Sim => unreachable!(),
-    }
+    kind.store_kind()
+        .open_for_repair(path, &StoreOptions::default())
+        .unwrap()
 }
 
 // A corrupt row fails `load` naming its table and key (never silently);

@@ -113,14 +113,9 @@ pub enum Net {
 pub enum Disk {
     /// `SimStore`, shared across restarts of the node using it.
     Sim,
-    /// `abhyasa-store`'s redb engine, in a temporary directory.
-    Redb,
-    /// `abhyasa-store`'s sled engine, in a temporary directory.
-    Sled,
-    /// `abhyasa-store`'s log store, in a temporary directory.
-    Log,
-    /// `abhyasa-store`'s fjall engine, in a temporary directory.
-    Fjall,
+    /// One of `abhyasa-store`'s embedded stores (redb, sled, the log
+    /// store, fjall), in a temporary directory.
+    Embedded(StoreKind),
     /// `abhyasa-pg` on the database named by `ABHYASA_PG_URL` (CI starts
     /// one), a fresh partition per node per world. Without the variable
     /// the cell is skipped, saying so ([`postgres_url`]).
@@ -737,12 +732,7 @@ impl Env {
         let i = usize::from(name == BOB);
         Ok(match self.backend.disk {
             Disk::Sim => Box::new(self.sims[i].clone()),
-            Disk::Redb => StoreKind::Redb.open(self.store_path(name), &StoreOptions::default())?,
-            Disk::Sled => StoreKind::Sled.open(self.store_path(name), &StoreOptions::default())?,
-            Disk::Log => StoreKind::Log.open(self.store_path(name), &StoreOptions::default())?,
-            Disk::Fjall => {
-                StoreKind::Fjall.open(self.store_path(name), &StoreOptions::default())?
-            }
+            Disk::Embedded(kind) => kind.open(self.store_path(name), &StoreOptions::default())?,
             Disk::Postgres => {
                 let url = postgres_url().ok_or("ABHYASA_PG_URL is not set")?;
                 let mut o = abhyasa_pg::PgOptions::default();

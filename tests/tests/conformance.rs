@@ -36,6 +36,7 @@ use abhyasa_core::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, EscalationCause, GuardOutcome,
     ObligationId, Sequence,
 };
+use abhyasa_store::StoreKind;
 use abhyasa_transport::Incoming;
 
 /// The transports and stores of the matrix, by name: every cell is one of
@@ -49,10 +50,10 @@ const NETS: [(&str, Net); 5] = [
 ];
 const DISKS: [(&str, Disk); 6] = [
     ("sim", Disk::Sim),
-    ("redb", Disk::Redb),
-    ("sled", Disk::Sled),
-    ("log", Disk::Log),
-    ("fjall", Disk::Fjall),
+    ("redb", Disk::Embedded(StoreKind::Redb)),
+    ("sled", Disk::Embedded(StoreKind::Sled)),
+    ("log", Disk::Embedded(StoreKind::Log)),
+    ("fjall", Disk::Embedded(StoreKind::Fjall)),
     ("pg", Disk::Postgres),
 ];
 

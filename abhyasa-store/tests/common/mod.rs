@@ -21,7 +21,7 @@ use abhyasa_core::wire::Message;
 use abhyasa_core::{
     AgentId, DeclineReason, Escalation, Obligation, ObligationId, RetryBackoff, Timestamp,
 };
-use abhyasa_store::{RedbStore, SledStore, StoreOptions};
+use abhyasa_store::StoreOptions;
 use serde_json::json;
 
 pub const EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
@@ -261,13 +261,8 @@ pub fn open_disk(kind: Kind, path: &std::path::Path) -> Result<Box<dyn Store>, S
     let opts = StoreOptions {
         cache_bytes: 8 * 1024 * 1024,
     };
-    Ok(match kind {
-        Kind::Sled => Box::new(SledStore::open_with(path, &opts)?),
-        Kind::Redb => Box::new(RedbStore::open_with(path, &opts)?),
-        Kind::Log => Box::new(abhyasa_store::LogStore::open(path)?),
-        Kind::Fjall => Box::new(abhyasa_store::FjallStore::open_with(path, &opts)?),
-        Kind::Sim => unreachable!("not a disk store"),
-    })
+    assert!(kind != Kind::Sim, "not a disk store");
+    kind.store_kind().open(path, &opts)
 }
 
 /// Opens a store just closed in this process. sled's background flusher
