@@ -143,6 +143,19 @@ impl FjallStore {
     /// a newer format.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            // fjall creates a database in several steps (directories, lock,
+            // journal, version marker, one keyspace per table), and refuses
+            // to finish one a power cut interrupted ("File exists"): build
+            // it whole under a temporary name first. C-ST-1.
+            crate::create_then_rename(&path, |tmp| {
+                Self::open_existing(tmp.to_path_buf(), options).map(drop)
+            })?;
+        }
+        Self::open_existing(path, options)
+    }
+
+    fn open_existing(path: PathBuf, options: &StoreOptions) -> Result<Self, StoreError> {
         let db = Database::builder(&path)
             .cache_size(options.cache_bytes)
             .max_journaling_size(JOURNAL_BYTES)
@@ -155,11 +168,21 @@ impl FjallStore {
                     .map_err(|e| backend("open keyspace", e))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // A new keyspace is made durable by fjall's own metadata writes;
-        // sync the journal too, so that nothing below starts on state a
-        // crash could take back.
+        // A new keyspace is named in fjall's meta keyspace, through the
+        // journal: sync it, so that nothing below starts on state a crash
+        // could take back. fjall syncs each new keyspace's own folder but
+        // not the `keyspaces` folder that names it (3.1.13): a power cut
+        // could drop the folder, and fjall would then recreate the
+        // keyspace empty, under every commit later made to it. Sync that
+        // folder too (found by the FUSE power-loss test). C-ST-1.
         db.persist(PersistMode::SyncAll)
             .map_err(|e| backend("persist", e))?;
+        std::fs::File::open(path.join("keyspaces"))
+            .and_then(|d| d.sync_all())
+            .map_err(|source| StoreError::Io {
+                op: "sync fjall's keyspaces folder",
+                source,
+            })?;
         let mut s = Self {
             db,
             keyspaces,

@@ -128,6 +128,41 @@ pub use log_store::{FsDisk, LogDisk, LogOptions, LogStore};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
 
+/// Creates a new database at `path` (a file or a directory) under a
+/// temporary name, `<path>.creating`: `build` initialises it there (tables,
+/// format version: synced commits) and closes it, and only then is it
+/// renamed into place and its directory synced. A power cut while a
+/// database is first created would otherwise leave a torn one that no
+/// longer opens (redb: "not a redb database"; fjall: files it refuses to
+/// create twice) though it never held a record: the node could not start
+/// again. A leftover temporary is such a cut (nothing in it was ever
+/// acknowledged) and is removed first. C-ST-1.
+fn create_then_rename(
+    path: &Path,
+    build: impl FnOnce(&Path) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let io = |op: &'static str| move |source| StoreError::Io { op, source };
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".creating");
+    let tmp = path.with_file_name(name);
+    let removed = match std::fs::symlink_metadata(&tmp) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tmp),
+        Ok(_) => std::fs::remove_file(&tmp),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    removed.map_err(io("remove an interrupted creation"))?;
+    build(&tmp)?;
+    std::fs::rename(&tmp, path).map_err(io("rename the new database into place"))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the database's directory"))
+}
+
 /// Offline inspection and repair of an embedded store, for a node that
 /// refuses to start because a row does not decode (`abhyasa store check`,
 /// `abhyasa store quarantine`, `abhyasa store quarantined`).

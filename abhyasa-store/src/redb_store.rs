@@ -153,35 +153,15 @@ impl RedbStore {
         Self::finish_open(db, path)
     }
 
-    /// Creates a new database under a temporary name, initialises it
-    /// (tables, format version: synced commits) and only then renames it
-    /// into place and syncs the directory. A power cut while a database is
-    /// first created would otherwise leave a torn file that no longer
-    /// opens ("not a redb database") though it never held a record: the
-    /// node could not start again. A leftover temporary file is such a cut
-    /// (nothing in it was ever acknowledged) and is replaced. C-ST-1.
+    /// Creates a new database through [`crate::create_then_rename`]: a
+    /// power cut mid-creation leaves no torn `path`. C-ST-1.
     fn create_new(path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
-        let io = |op: &'static str| move |source| StoreError::Io { op, source };
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(".creating");
-        let tmp = path.with_file_name(name);
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("remove an interrupted creation")(e)),
-        }
-        let db = builder(options)
-            .create(&tmp)
-            .map_err(|e| backend("create", e))?;
-        drop(Self::finish_open(db, tmp.clone())?);
-        std::fs::rename(&tmp, path).map_err(io("rename the new database into place"))?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("sync the database's directory"))
+        crate::create_then_rename(path, |tmp| {
+            let db = builder(options)
+                .create(tmp)
+                .map_err(|e| backend("create", e))?;
+            Self::finish_open(db, tmp.to_path_buf()).map(drop)
+        })
     }
 
     /// Opens (or creates) a store on a caller-supplied redb storage

@@ -1,5 +1,6 @@
-//! C-ST-1 power loss on the default store (redb) and on the log store
-//! (its own disk model, [`LogCut`], further down): with writes not yet
+//! C-ST-1 power loss on redb, on the log store (its own disk model,
+//! [`LogCut`], further down) and on fjall (a FUSE file system of the
+//! test's own, [`FjallCut`] and `power_loss/fuse.rs`): with writes not yet
 //! synced dropped at the crash point, every commit reported durable
 //! survives and nothing torn is read back.
 //!
@@ -28,9 +29,24 @@
 //! The default run takes a stride of crash points (every I/O operation of
 //! the commits up to the first sync, then every `STRIDE`-th one);
 //! `ABHYASA_POWER_LOSS_FULL=1` tries every operation, with more seeds.
+//!
+//! fjall has no storage hook: it does its file I/O through `std::fs`. Its
+//! tests mount a FUSE file system in this process that keeps, per file,
+//! the data as of its last `fsync`/`fdatasync` and, per directory, the
+//! entries as of its last directory `fsync`; the disk that comes back keeps
+//! those plus a random part of the rest, and the store reopens on a real
+//! directory holding it. They need `/dev/fuse` and root (no libfuse): where
+//! they cannot mount they say SKIPPED, unless `ABHYASA_REQUIRE_FUSE` is set
+//! (`.ci/run` sets it where it can mount). `ABHYASA_FUSE_TRACE=1` prints
+//! every operation the file system counts. They found two gaps in fjall
+//! 3.1.13 that `FjallStore` now closes: a database whose creation a cut
+//! interrupted no longer opened, and the folder naming each keyspace was
+//! never synced.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "power_loss/fuse.rs"]
+mod fuse;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -40,7 +56,7 @@ use std::time::Duration;
 use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, CrashTiming, DurableState, SimStore, Store, StoreError};
 use abhyasa_core::Timestamp;
-use abhyasa_store::{LogDisk, LogOptions, LogStore, RedbStore, StoreOptions};
+use abhyasa_store::{FjallStore, LogDisk, LogOptions, LogStore, RedbStore, StoreOptions};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -51,6 +67,9 @@ const SECTOR: usize = 512;
 /// piece of its payload not) must read as torn, never as a commit.
 const LOG_SECTOR: usize = 64;
 const STRIDE: u64 = 7;
+/// Every one of this many operations before the first commit is a crash
+/// point, whatever the store's [`Rig::OPEN_STRIDE`].
+const OPEN_TAIL: u64 = 48;
 
 // ------------------------------------------------------------ the disk
 
@@ -229,6 +248,9 @@ trait Rig: Sized {
     /// Cut at every I/O operation, with several seeds, even by default
     /// (a store with few operations per commit).
     const EVERY_OP: bool;
+    /// Cut at every this many operations of the store's creation (before
+    /// its last [`OPEN_TAIL`] operations) unless the run is full.
+    const OPEN_STRIDE: u64 = 1;
     /// A new, empty disk.
     fn blank() -> Self;
     fn open(&self) -> Result<Self::S, StoreError>;
@@ -479,6 +501,75 @@ impl Rig for LogCut {
     }
 }
 
+// ------------------------------------------------- fjall on a FUSE disk
+
+/// fjall does its own file I/O through `std::fs`, with no storage hook:
+/// it runs on [`fuse::PowerMount`], a FUSE file system in this process
+/// that keeps the synced image apart (files by `fsync`/`fdatasync`,
+/// directory entries by a directory `fsync`). The disk that comes back is
+/// written to a real directory, where the store reopens.
+enum FjallCut {
+    Mounted(fuse::PowerMount),
+    Back(tempfile::TempDir),
+}
+
+impl FjallCut {
+    fn root(&self) -> &std::path::Path {
+        match self {
+            FjallCut::Mounted(m) => m.path(),
+            FjallCut::Back(d) => d.path(),
+        }
+    }
+}
+
+impl Rig for FjallCut {
+    type S = FjallStore;
+    const EVERY_OP: bool = false;
+    const OPEN_STRIDE: u64 = 11;
+    fn blank() -> Self {
+        FjallCut::Mounted(fuse::PowerMount::new().expect("mount the FUSE disk"))
+    }
+    fn open(&self) -> Result<FjallStore, StoreError> {
+        FjallStore::open_with(self.root().join("db"), &options())
+    }
+    fn ops(&self) -> u64 {
+        match self {
+            FjallCut::Mounted(m) => m.ops(),
+            FjallCut::Back(_) => 0,
+        }
+    }
+    fn cut_at(&self, op: u64) {
+        if let FjallCut::Mounted(m) = self {
+            m.cut_at(op);
+        }
+    }
+    fn back(&self, _opened: bool, rng: &mut ChaCha8Rng) -> Self {
+        match self {
+            FjallCut::Mounted(m) => {
+                FjallCut::Back(m.after_power_loss(rng).expect("write the surviving image"))
+            }
+            FjallCut::Back(_) => unreachable!("the power is cut on the mounted disk only"),
+        }
+    }
+}
+
+/// Whether the fjall power-loss tests can run here: they need to mount a
+/// FUSE file system. Where they cannot, they say so and pass, unless
+/// `ABHYASA_REQUIRE_FUSE` is set (`.ci/run` sets it wherever `/dev/fuse`
+/// exists and it runs as root): then they fail.
+fn fuse_ready() -> bool {
+    match fuse::available() {
+        Ok(()) => true,
+        Err(why) if std::env::var_os("ABHYASA_REQUIRE_FUSE").is_some() => {
+            panic!("ABHYASA_REQUIRE_FUSE is set but {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIPPED: the fjall power-loss test needs FUSE: {why}");
+            false
+        }
+    }
+}
+
 // ------------------------------------------------------------ the workload
 
 /// One commit as the node made it.
@@ -659,14 +750,22 @@ fn crash_at<R: Rig>(side: &str, log: &[Logged], clean: &Clean, at: u64, seed: u6
     acked < log.len()
 }
 
-fn crash_points(clean: &Clean, full: bool) -> Vec<u64> {
+fn crash_points<R: Rig>(clean: &Clean, full: bool) -> Vec<u64> {
     let last = clean.bounds.last().map_or(0, |b| b.1);
     // Every operation of the first commits (opening the file, the format
     // records, the first obligations), then a stride through the rest,
     // plus the last operation of every commit (its header write or sync).
+    // A store whose creation takes hundreds of operations (fjall: a folder
+    // and files per keyspace) is cut at a stride through its creation and
+    // at every one of the last `OPEN_TAIL` operations before the first
+    // commit (the rename into place, the reopen, its recovery).
     let first = clean.bounds.get(2).map_or(last, |b| b.1);
+    let opened = clean.bounds.first().map_or(last, |b| b.0);
+    let in_open = |op: u64| {
+        R::OPEN_STRIDE == 1 || op + OPEN_TAIL > opened || op.is_multiple_of(R::OPEN_STRIDE)
+    };
     let mut pts: Vec<u64> = (1..=last + 1)
-        .filter(|&op| full || op <= first || op % STRIDE == 0)
+        .filter(|&op| full || (op <= first && (op > opened || in_open(op))) || op % STRIDE == 0)
         .collect();
     pts.extend(clean.bounds.iter().flat_map(|&(s, e)| [s + 1, e]));
     pts.sort_unstable();
@@ -684,7 +783,7 @@ fn enumerate<R: Rig>(side: &str, log: &[Logged]) {
     let clean = clean_replay::<R>(log);
     let seeds: &[u64] = if full { &[1, 2, 3, 4] } else { &[1] };
     let mut inside = 0;
-    let pts = crash_points(&clean, full);
+    let pts = crash_points::<R>(&clean, full);
     for &at in &pts {
         for &seed in seeds {
             if crash_at::<R>(side, log, &clean, at, seed) {
@@ -733,6 +832,25 @@ fn c_st_1_power_loss_log_store_receiver_commits_survive() {
     enumerate::<LogCut>("log receiver", &rlog);
 }
 
+/// C-ST-1 on fjall, custodian side: cuts inside its creation, its
+/// keyspaces' creation and every journal write and sync of the commits.
+#[test]
+fn c_st_1_power_loss_fjall_custodian_commits_survive() {
+    if fuse_ready() {
+        let (clog, _) = workload();
+        enumerate::<FjallCut>("fjall custodian", &clog);
+    }
+}
+
+/// C-ST-1 on fjall, receiver side.
+#[test]
+fn c_st_1_power_loss_fjall_receiver_commits_survive() {
+    if fuse_ready() {
+        let (_, rlog) = workload();
+        enumerate::<FjallCut>("fjall receiver", &rlog);
+    }
+}
+
 /// The backend itself: a cut loses exactly the unsynced writes when the
 /// dice say so, and never a synced one (so the test above can fail).
 #[test]
@@ -764,18 +882,21 @@ fn power_cut_drops_unsynced_writes_only() {
     );
 }
 
-/// C-ST-1 at creation: a new database file is built under a temporary
-/// name and renamed into place once initialised, so a cut during creation
-/// leaves only that temporary file — which the next open replaces — never
-/// a torn `node.redb` that no longer opens.
-#[test]
-fn c_st_1_a_cut_during_creation_leaves_no_torn_database() {
+/// C-ST-1 at creation: a new database is built under a temporary name and
+/// renamed into place once initialised, so a cut during creation leaves
+/// only that temporary — which the next open replaces — never a torn
+/// database that no longer opens. `torn` plants what a cut mid-creation
+/// leaves at the temporary name.
+fn a_cut_during_creation_leaves_no_torn_database<S: Store>(
+    name: &str,
+    open: impl Fn(&std::path::Path) -> Result<S, StoreError>,
+    torn: impl Fn(&std::path::Path),
+) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("node.redb");
-    let leftover = dir.path().join("node.redb.creating");
-    // What a cut mid-creation leaves: a file that is not a database.
-    std::fs::write(&leftover, b"torn: not a redb header").unwrap();
-    let mut store = RedbStore::open_with(&path, &options()).unwrap();
+    let path = dir.path().join(name);
+    let leftover = dir.path().join(format!("{name}.creating"));
+    torn(&leftover);
+    let mut store = open(&path).unwrap();
     assert!(!leftover.exists(), "the interrupted creation is replaced");
     let (clog, _) = workload();
     for entry in clog.iter().take(5) {
@@ -783,11 +904,95 @@ fn c_st_1_a_cut_during_creation_leaves_no_torn_database() {
     }
     let before = fingerprint(&store.load().unwrap());
     drop(store);
-    // Opening an existing database never goes through the temporary file.
-    std::fs::write(&leftover, b"torn again").unwrap();
-    let store = RedbStore::open_with(&path, &options()).unwrap();
+    // Opening an existing database never goes through the temporary.
+    torn(&leftover);
+    let store = open(&path).unwrap();
     assert_eq!(fingerprint(&store.load().unwrap()), before);
     assert!(leftover.exists(), "an existing database is opened in place");
+}
+
+#[test]
+fn c_st_1_a_cut_during_creation_leaves_no_torn_database() {
+    a_cut_during_creation_leaves_no_torn_database(
+        "node.redb",
+        |p| RedbStore::open_with(p, &options()),
+        |tmp| std::fs::write(tmp, b"torn: not a redb header").unwrap(),
+    );
+}
+
+/// The same for fjall, whose database is a directory: what a cut in
+/// `Database::create_new` leaves (lock, journal, no version marker) made
+/// the next open fail with "File exists" before creation went through a
+/// temporary name. Here without FUSE; the power-loss tests above cut at
+/// every step of the real creation.
+#[test]
+fn c_st_1_a_cut_during_fjall_creation_leaves_no_torn_database() {
+    a_cut_during_creation_leaves_no_torn_database(
+        "fjall",
+        |p| FjallStore::open_with(p, &options()),
+        |tmp| {
+            std::fs::create_dir_all(tmp.join("keyspaces")).unwrap();
+            std::fs::write(tmp.join("lock"), b"").unwrap();
+            std::fs::write(tmp.join("0.jnl"), [0u8; 64]).unwrap();
+        },
+    );
+}
+
+/// The FUSE disk itself: a cut keeps every synced byte and name, and
+/// sometimes keeps, sometimes loses, what was not synced (so the fjall
+/// tests above can fail).
+#[test]
+fn fuse_disk_drops_unsynced_writes_and_names_only() {
+    use std::fs::File;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    if !fuse_ready() {
+        return;
+    }
+    let m = fuse::PowerMount::new().unwrap();
+    let dir = m.path().to_path_buf();
+    let mut a = File::create(dir.join("a")).unwrap();
+    a.write_all(&[1; 1024]).unwrap();
+    a.sync_data().unwrap();
+    File::open(&dir).unwrap().sync_all().unwrap();
+    // Unsynced: an overwrite of `a`, and the name of `b` (its data synced).
+    a.write_all_at(&[2; 1024], 0).unwrap();
+    std::fs::write(dir.join("b"), b"named, not synced").unwrap();
+    File::open(dir.join("b")).unwrap().sync_all().unwrap();
+    m.cut_at(m.ops() + 1);
+    assert!(
+        a.write_all_at(&[3; 8], 1024).is_err(),
+        "the cut fails later writes"
+    );
+    let (mut kept_new, mut kept_old, mut b_kept, mut b_lost) = (false, false, false, false);
+    for seed in 0..32 {
+        let back = m
+            .after_power_loss(&mut ChaCha8Rng::seed_from_u64(seed))
+            .unwrap();
+        let img = std::fs::read(back.path().join("a")).unwrap();
+        assert_eq!(img.len(), 1024, "the failed write never reached the disk");
+        for sector in img.chunks(SECTOR) {
+            assert!(sector.iter().all(|&b| b == sector[0]), "a sector is atomic");
+            kept_new |= sector[0] == 2;
+            kept_old |= sector[0] == 1;
+        }
+        match std::fs::read(back.path().join("b")) {
+            Ok(data) => {
+                assert_eq!(data, b"named, not synced");
+                b_kept = true;
+            }
+            Err(_) => b_lost = true,
+        }
+    }
+    assert!(
+        kept_new && kept_old,
+        "unsynced sectors are sometimes kept, sometimes lost"
+    );
+    assert!(
+        b_kept && b_lost,
+        "an unsynced name is sometimes kept, sometimes lost"
+    );
+    drop(a);
 }
 
 /// The log store's checkpoints on a real directory: with a snapshot every
