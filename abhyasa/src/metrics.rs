@@ -122,6 +122,10 @@ pub struct MetricsSnapshot {
     /// Frames a store-and-forward relay refused (any code; custody kept).
     #[serde(default)]
     pub relay_refused: u64,
+    /// Peers with an authenticated direct connection up now (a gauge read
+    /// from the transport when the snapshot is taken).
+    #[serde(default)]
+    pub peers_connected: u64,
 }
 
 impl MetricsSnapshot {

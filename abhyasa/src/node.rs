@@ -358,7 +358,9 @@ impl Node {
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, NodeError> {
-        self.ask(|reply| Command::Metrics { reply }).await
+        let mut m = self.ask(|reply| Command::Metrics { reply }).await?;
+        m.peers_connected = self.transport.connected_peers().len() as u64;
+        Ok(m)
     }
 
     /// What this agent may do on governed key `key` now (issue 13): a

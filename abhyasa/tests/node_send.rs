@@ -93,6 +93,7 @@ async fn c_nd_4_refused_best_effort_send_is_reported() {
     let m = alice.metrics().await.unwrap();
     assert_eq!(m.best_effort_refused, 1);
     assert_eq!(m.frames_out, 0);
+    assert_eq!(m.peers_connected, 0, "carol left: no link is up");
 }
 
 // C-ND-4: custody attempts the transport refuses are not counted as sent;
@@ -162,6 +163,7 @@ async fn c_nd_4_oversized_coalesced_acks_are_split() {
     let m = bob.metrics().await.unwrap();
     assert!(m.frames_split > 0, "no ack frame needed splitting: {m:?}");
     assert_eq!(m.send_too_large, 0, "{m:?}");
+    assert_eq!(m.peers_connected, 1, "bob's link to alice is up: {m:?}");
 }
 
 // C-ND-4: offers towards a peer whose send queue is near its byte budget

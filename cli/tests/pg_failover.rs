@@ -145,6 +145,19 @@ fn serving(dir: &Path) {
     });
 }
 
+/// Serving and connected to bob: the first obligations offered are
+/// best-effort grants, sent once or refused `not_sent`, so the test offers
+/// only once the link is up (bob pins the partition without an address and
+/// waits to be dialled; the first dial may come before bob listens).
+fn linked(dir: &Path) {
+    serving(dir);
+    wait_for("a node to reach bob", Duration::from_secs(30), || {
+        Control::connect(dir)
+            .and_then(|mut c| c.call(&json!({"op": "metrics"})))
+            .is_ok_and(|v| v["result"]["peers_connected"].as_u64() >= Some(1))
+    });
+}
+
 fn pending(dir: &Path) -> Option<usize> {
     let mut c = Control::connect(dir).ok()?;
     let v = c.call(&json!({"op": "list", "state": "pending"})).ok()?;
@@ -168,7 +181,7 @@ fn c_fl_2_standby_finishes_every_obligation_after_kill_nine_of_the_owner() {
 
     let mut procs = Children(vec![spawn(&s.bob), spawn(&s.owner)]);
     serving(&s.bob);
-    serving(&s.owner);
+    linked(&s.owner);
     let (_, first_epoch) = owner_row(&mut db, &s.agent).expect("the owner took the partition");
     // The standby: same agent, its own directory, waiting on the lease.
     procs.0.push(spawn(&s.standby));
@@ -246,8 +259,9 @@ fn c_fl_2_standby_finishes_every_obligation_after_kill_nine_of_the_owner() {
     };
     let agent = abhyasa_core::AgentId::new(s.agent.clone()).unwrap();
     let alice = PgStore::open(url, &agent, &o).expect("the partition opens");
-    let bob = StoreKind::Redb
-        .open(s.bob.join("store.redb"), &StoreOptions::default())
+    let kind = StoreKind::default();
+    let bob = kind
+        .open(s.bob.join(format!("store.{kind}")), &StoreOptions::default())
         .expect("bob's store opens after kill -9");
     let ids: BTreeSet<ObligationId> = (0..N)
         .map(|i| ObligationId::new(custody::id("cfl2", i)).unwrap())
@@ -271,7 +285,7 @@ fn c_fl_1_sigstopped_owner_is_fenced_and_exits_after_the_takeover() {
     let mut db = sql(url);
     let mut procs = Children(vec![spawn(&s.bob), spawn(&s.owner)]);
     serving(&s.bob);
-    serving(&s.owner);
+    linked(&s.owner);
     let (_, stale) = owner_row(&mut db, &s.agent).unwrap();
     procs.0.push(spawn(&s.standby));
 
@@ -304,7 +318,7 @@ fn c_fl_1_sigstopped_owner_is_fenced_and_exits_after_the_takeover() {
     wait_for("the standby to take over", Duration::from_secs(30), || {
         owner_row(&mut db, &s.agent).is_some_and(|(_, e)| e > stale)
     });
-    serving(&s.standby);
+    linked(&s.standby);
     for i in 10..20 {
         offer(&s.standby, i);
     }
