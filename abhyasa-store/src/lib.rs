@@ -1,8 +1,9 @@
 //! # abhyasa-store
 //!
-//! Embedded durable stores for Abhyasa nodes: [`RedbStore`] (the default),
-//! [`SledStore`] and [`LogStore`] (a commit log with in-memory tables, one
-//! write and one `fdatasync` per commit), all implementing the core's
+//! Embedded durable stores for Abhyasa nodes: [`FjallStore`] (the default,
+//! an LSM tree), [`RedbStore`] (a B-tree file), [`SledStore`] and
+//! [`LogStore`] (a commit log with in-memory tables, one write and one
+//! `fdatasync` per commit), all implementing the core's
 //! [`Store`] trait with the same tables and the
 //! same rules (the semantics are written once, over a minimal key-value
 //! transaction, and both backends run the shared storage suite together
@@ -204,14 +205,16 @@ impl Default for StoreOptions {
 /// in its config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreKind {
-    /// [`RedbStore`]: the default, chosen by measurement (see `README.md`).
-    #[default]
+    /// [`RedbStore`] (a file): the default until 2026-12.
     Redb,
     /// [`SledStore`].
     Sled,
     /// [`LogStore`] (a directory).
     Log,
-    /// [`FjallStore`] (a directory).
+    /// [`FjallStore`] (a directory): the default, chosen by measurement
+    /// (see `README.md`): the fastest store that passes the suite, crash
+    /// enumeration, kill and power-loss tests and meets the recovery bound.
+    #[default]
     Fjall,
 }
 

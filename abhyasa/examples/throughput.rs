@@ -1,7 +1,7 @@
 //! Custody throughput and latency over loopback QUIC, durable on both ends.
 //!
 //! ```sh
-//! cargo run --release -p abhyasa --example throughput             # redb and sled
+//! cargo run --release -p abhyasa --example throughput             # every embedded store
 //! cargo run --release -p abhyasa --example throughput -- --store redb --count 100000
 //! ```
 //!
@@ -141,10 +141,10 @@ fn main() -> Result<(), BoxError> {
     }
     let stores = match args.store.as_str() {
         "all" => vec![
+            Backend::Embedded(StoreKind::Fjall),
             Backend::Embedded(StoreKind::Redb),
             Backend::Embedded(StoreKind::Sled),
             Backend::Embedded(StoreKind::Log),
-            Backend::Embedded(StoreKind::Fjall),
         ],
         "postgres" => {
             let url = args

@@ -7,8 +7,8 @@
 //! ```toml
 //! agent = "alice"                 # this node's agent id (required)
 //! listen = "0.0.0.0:7400"         # QUIC listen address (UDP)
-//! store = "redb"                  # "redb" (default), "sled", "log", "fjall" or "postgres"
-//! store_path = "store.redb"       # relative to the node directory
+//! store = "fjall"                 # "fjall" (default), "redb", "sled", "log" or "postgres"
+//! store_path = "store.fjall"      # relative to the node directory (default store.<store>)
 //! postgres_url = "postgres://…"  # store = "postgres": the database (else env ABHYASA_PG_URL)
 //! postgres_lease_ms = 10000       # store = "postgres": ownership lease (a standby takes over after it)
 //! postgres_standby = false        # store = "postgres": wait for the owner's lease instead of failing
@@ -81,8 +81,10 @@ pub(crate) struct NodeConfig {
     pub(crate) agent: String,
     #[serde(default = "d_listen")]
     pub(crate) listen: String,
-    #[serde(default = "d_store")]
-    pub(crate) store: String,
+    /// `None`: the default ([`StoreKind::default`]), but see
+    /// [`NodeConfig::store_name`] for a node that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) store: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) store_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,9 +167,6 @@ pub(crate) struct PeerConfig {
 
 fn d_listen() -> String {
     "0.0.0.0:7400".into()
-}
-fn d_store() -> String {
-    "redb".into()
 }
 fn d_retention() -> u64 {
     abhyasa::CompactionPolicy::DEFAULT_RETENTION.as_secs()
@@ -296,7 +295,34 @@ impl NodeConfig {
         let mut c: NodeConfig = toml::from_str(&format!("agent = {agent:?}"))
             .unwrap_or_else(|_| unreachable!("a one-key config parses"));
         c.listen = listen.to_string();
+        // A new node names its store: a later change of the default never
+        // moves it.
+        c.store = Some(StoreKind::default().as_str().into());
         c
+    }
+
+    /// The store named by `store`, or the default. A config without
+    /// `store` (nor `store_path`) from before fjall became the default
+    /// (redb before 2026-12) whose node directory holds `store.redb` and
+    /// no `store.fjall` keeps redb: otherwise the node would start on a
+    /// new, empty store and leave every pending obligation behind.
+    fn store_name(&self, dir: &Path) -> String {
+        if let Some(s) = &self.store {
+            return s.clone();
+        }
+        let legacy = StoreKind::Redb;
+        let file = |k: StoreKind| dir.join(format!("store.{}", k.as_str()));
+        if self.store_path.is_none()
+            && file(legacy).exists()
+            && !file(StoreKind::default()).exists()
+        {
+            tracing::warn!(
+                "config.toml names no store and {} exists: keeping {legacy} (write `store = \"{legacy}\"` to silence this)",
+                file(legacy).display()
+            );
+            return legacy.as_str().into();
+        }
+        StoreKind::default().as_str().into()
     }
 
     /// Reads and checks `DIR/config.toml`.
@@ -340,7 +366,8 @@ impl NodeConfig {
             .listen
             .parse()
             .map_err(|e| bad("listen", format!("{:?}: {e}", self.listen)))?;
-        let postgres = if self.store == "postgres" {
+        let store_name = self.store_name(dir);
+        let postgres = if store_name == "postgres" {
             Some(self.postgres_settings()?)
         } else {
             None
@@ -348,7 +375,7 @@ impl NodeConfig {
         let store: StoreKind = if postgres.is_some() {
             StoreKind::default()
         } else {
-            self.store
+            store_name
                 .parse()
                 .map_err(|e| bad("store", format!("{e} (or \"postgres\")")))?
         };
@@ -703,7 +730,25 @@ mod tests {
     fn defaults_and_unknown_keys() {
         let p = Path::new("config.toml");
         let c = NodeConfig::parse("agent = \"a\"\n", p).expect("parses");
-        assert_eq!(c.store, "redb");
+        assert_eq!(c.store, None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = c.clone().resolve(dir.path()).expect("resolves");
+        assert_eq!(r.store, StoreKind::Fjall, "the default store");
+        assert_eq!(r.store_path, dir.path().join("store.fjall"));
+        // A node from when redb was the default, its config naming no store,
+        // keeps its store.redb rather than start on a new, empty store.
+        std::fs::write(dir.path().join("store.redb"), b"").expect("write");
+        let r = c.clone().resolve(dir.path()).expect("resolves");
+        assert_eq!(r.store, StoreKind::Redb, "a legacy node keeps redb");
+        assert_eq!(r.store_path, dir.path().join("store.redb"));
+        // Named, the store is what the config says; a new node names it.
+        let named = NodeConfig::parse("agent = \"a\"\nstore = \"fjall\"\n", p).expect("parses");
+        assert_eq!(
+            named.resolve(dir.path()).expect("resolves").store,
+            StoreKind::Fjall
+        );
+        let new = NodeConfig::new("a", "127.0.0.1:7400");
+        assert_eq!(new.store.as_deref(), Some("fjall"), "init writes the store");
         assert_eq!(c.max_pending, 1_000_000);
         // C-ND-5 defaults: documented in the module docs.
         assert_eq!(c.retention_seconds, 604_800);

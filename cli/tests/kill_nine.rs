@@ -212,12 +212,14 @@ fn run(plan: &Plan) {
 }
 
 fn verdict(a: &Path, b: &Path, n: usize) -> custody::Verdict {
+    // `abhyasa init` names the default store (fjall) in each config.
     let opts = StoreOptions::default();
-    let alice = StoreKind::Redb
-        .open(a.join("store.redb"), &opts)
+    let kind = StoreKind::default();
+    let alice = kind
+        .open(a.join(format!("store.{kind}")), &opts)
         .expect("alice's store opens after kill -9");
-    let bob = StoreKind::Redb
-        .open(b.join("store.redb"), &opts)
+    let bob = kind
+        .open(b.join(format!("store.{kind}")), &opts)
         .expect("bob's store opens after kill -9");
     let offered: BTreeSet<ObligationId> = (0..n)
         .map(|i| ObligationId::new(custody::id(PREFIX, i)).unwrap())

@@ -261,7 +261,10 @@ fn c_fl_2_standby_finishes_every_obligation_after_kill_nine_of_the_owner() {
     let alice = PgStore::open(url, &agent, &o).expect("the partition opens");
     let kind = StoreKind::default();
     let bob = kind
-        .open(s.bob.join(format!("store.{kind}")), &StoreOptions::default())
+        .open(
+            s.bob.join(format!("store.{kind}")),
+            &StoreOptions::default(),
+        )
         .expect("bob's store opens after kill -9");
     let ids: BTreeSet<ObligationId> = (0..N)
         .map(|i| ObligationId::new(custody::id("cfl2", i)).unwrap())

@@ -17,6 +17,9 @@ fn a_corrupt_row_is_named_and_quarantined_and_the_rest_survives() {
     let (a, b) = (tmp.path().join("alice"), tmp.path().join("bob"));
     let ds_a = a.to_str().expect("utf-8");
     init(&a, "alice", free_port());
+    // The damage below is planted with redb's own API; the same repair on
+    // every embedded store is abhyasa-store's (tests/suite.rs, reads.rs).
+    process::set_config(&a, "store", "\"redb\"");
     let snip_b = init(&b, "bob", free_port());
     pin(&a, &snip_b);
 

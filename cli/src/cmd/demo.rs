@@ -25,9 +25,10 @@ pub(crate) struct DemoArgs {
     /// Print one JSON summary instead of the live view.
     #[arg(long)]
     json: bool,
-    /// Store backend for both nodes.
-    #[arg(long, default_value = "redb")]
-    store: String,
+    /// Store backend for both nodes: fjall, redb, sled or log (default:
+    /// the node's default store, fjall).
+    #[arg(long)]
+    store: Option<String>,
     /// Keep the temporary directory (stores, identities) and print its path.
     #[arg(long)]
     keep: bool,
@@ -205,7 +206,10 @@ fn plan_during() -> Vec<Planned> {
 }
 
 async fn demo(args: DemoArgs) -> Result<(), DemoError> {
-    let kind: StoreKind = args.store.parse()?;
+    let kind: StoreKind = match &args.store {
+        Some(s) => s.parse()?,
+        None => StoreKind::default(),
+    };
     let dir = tempfile::tempdir()?;
     let (c_id, r_id) = (AgentId::new("custodian")?, AgentId::new("receiver")?);
     let (c_ident, r_ident) = (generate_identity(&c_id)?, generate_identity(&r_id)?);
