@@ -128,6 +128,34 @@ impl View for SledView<'_> {
     }
 }
 
+/// How long [`SledStore::open_with`] waits for a lock sled itself still
+/// holds.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Opens sled at `path`. sled 0.34 releases a database's file lock only
+/// when the last of its background threads lets go of it, a little after
+/// the `Db` is dropped: a store closed and reopened in the same process
+/// (a restart of an embedded node, the tests) can find its own lock still
+/// held. Waits up to [`LOCK_WAIT`] for that lock, then reports it.
+fn open_db(path: &Path, options: &StoreOptions) -> Result<sled::Db, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        let r = sled::Config::new()
+            .path(path)
+            .cache_capacity(options.cache_bytes)
+            .open();
+        match r {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r.map_err(|e| backend("open", e)),
+        }
+    }
+}
+
 impl SledStore {
     /// Opens (or creates) the database in directory `path` with default
     /// options.
@@ -139,11 +167,7 @@ impl SledStore {
     /// [`StoreError::NewerFormat`] if it was written by a newer format.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(options.cache_bytes)
-            .open()
-            .map_err(|e| backend("open", e))?;
+        let db = open_db(&path, options)?;
         let trees = Table::ALL
             .iter()
             .map(|t| db.open_tree(t.name()).map_err(|e| backend("open tree", e)))
@@ -296,5 +320,39 @@ impl Repair for SledStore {
         self.transact("reindex", |t| engine::finish_rebuild(t, &plan))?;
         self.sync()?;
         Ok(moved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A lock sled still holds for a moment (its own background threads
+    // let go of it after the `Db` is dropped) is waited for; a lock held
+    // for good is reported, not waited on forever.
+    #[test]
+    fn open_waits_for_a_lock_released_late_and_reports_one_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s");
+        drop(SledStore::open(&path).expect("creates"));
+        let holder = sled::open(&path).expect("the lock is free");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder);
+        });
+        let s = SledStore::open(&path).expect("opens once the lock is released");
+        release.join().expect("releaser");
+        drop(s);
+
+        let holder = sled::open(&path).expect("the lock is free");
+        let started = std::time::Instant::now();
+        match SledStore::open(&path) {
+            Err(StoreError::Io { op: "open", source }) => {
+                assert!(source.to_string().contains("lock"), "{source}");
+            }
+            other => panic!("opened a database another handle holds: {other:?}"),
+        }
+        assert!(started.elapsed() >= LOCK_WAIT, "gave up early");
+        drop(holder);
     }
 }
