@@ -293,6 +293,32 @@ impl State {
         }
     }
 
+    /// `fsync` (`dir` false) or `fsyncdir` (`dir` true) of `ino`: what it
+    /// holds now becomes what survives a cut. The node's kind is checked
+    /// before the operation counts.
+    fn sync(&mut self, ino: u64, dir: bool) -> Result<(), Errno> {
+        let op = if dir {
+            self.dir(ino)?;
+            "fsyncdir"
+        } else {
+            self.file(ino)?;
+            "fsync"
+        };
+        self.tick(format_args!("{op} {ino}"))?;
+        match self.nodes.get_mut(&ino) {
+            Some(Node::File(f)) => {
+                f.synced = f.live.clone();
+                f.unsynced.clear();
+            }
+            Some(Node::Dir(d)) => {
+                d.synced = d.live.clone();
+                d.unsynced.clear();
+            }
+            None => return Err(Errno::ENOENT),
+        }
+        Ok(())
+    }
+
     fn file(&mut self, ino: u64) -> Result<&mut FileNode, Errno> {
         match self.nodes.get_mut(&ino) {
             Some(Node::File(f)) => Ok(f),
@@ -609,14 +635,7 @@ impl Filesystem for PowerFs {
         reply: ReplyEmpty,
     ) {
         let mut s = self.state();
-        let res = s.alive().and_then(|()| {
-            s.file(ino.0)?;
-            s.tick(format_args!("fsync {}", ino.0))?;
-            let f = s.file(ino.0)?;
-            f.synced = f.live.clone();
-            f.unsynced.clear();
-            Ok(())
-        });
+        let res = s.alive().and_then(|()| s.sync(ino.0, false));
         answer!(reply, res, |_v| reply.ok());
     }
 
@@ -672,14 +691,7 @@ impl Filesystem for PowerFs {
         reply: ReplyEmpty,
     ) {
         let mut s = self.state();
-        let res = s.alive().and_then(|()| {
-            s.dir(ino.0)?;
-            s.tick(format_args!("fsyncdir {}", ino.0))?;
-            let d = s.dir(ino.0)?;
-            d.synced = d.live.clone();
-            d.unsynced.clear();
-            Ok(())
-        });
+        let res = s.alive().and_then(|()| s.sync(ino.0, true));
         answer!(reply, res, |_v| reply.ok());
     }
 
