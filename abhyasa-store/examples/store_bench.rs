@@ -258,6 +258,16 @@ impl LogDisk for MemDisk {
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         Ok(self.0.get(name).cloned())
     }
+    fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = self.0.get(name).ok_or(io::ErrorKind::NotFound)?;
+        let at = usize::try_from(at).map_err(io::Error::other)?;
+        let src = at
+            .checked_add(buf.len())
+            .and_then(|end| f.get(at..end))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
         let f = self.0.entry(name.to_string()).or_default();
         let at = usize::try_from(at).map_err(io::Error::other)?;

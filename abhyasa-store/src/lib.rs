@@ -2,8 +2,8 @@
 //!
 //! Embedded durable stores for Abhyasa nodes: [`FjallStore`] (the default,
 //! an LSM tree), [`RedbStore`] (a B-tree file), [`SledStore`] and
-//! [`LogStore`] (a commit log with in-memory tables, one write and one
-//! `fdatasync` per commit), all implementing the core's
+//! [`LogStore`] (a commit log with its keys in memory and its long
+//! values read from the log, one write and one `fdatasync` per commit), all implementing the core's
 //! [`Store`] trait with the same tables and the
 //! same rules (the semantics are written once, over a minimal key-value
 //! transaction, and both backends run the shared storage suite together

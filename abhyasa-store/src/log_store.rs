@@ -24,8 +24,18 @@
 //!   write, not the file's new size as well. Recovery reads zeros after
 //!   the last commit as room; anything else there is the torn last
 //!   commit (cut off) or, in a log that later logs follow, damage.
-//! - **Reads answer from memory.** Every table lives in a `BTreeMap` of raw
-//!   rows: the commit path never reads the disk.
+//! - **Keys in memory, long values on disk.** Every table lives in a
+//!   `BTreeMap` keyed by the row's key. A value shorter than 64 bytes
+//!   (counters, index entries) is held there; a longer one (a pending
+//!   obligation, a terminal summary, a ledger entry) is held, once its
+//!   commit is durable, as its place in that commit's log record — or in
+//!   the snapshot, once a checkpoint has put one in force — and read with
+//!   one `pread` when asked for. Whether a row exists is always answered
+//!   from memory, so the commit path reads the disk only for a long row
+//!   it changes (a close reads the pending row it removes). After a
+//!   restart the tables are rebuilt with full B-tree nodes. Per pending
+//!   obligation that is ~60 bytes beside the custodian's own state, not
+//!   the ~470 of holding every row (issue 14's memory target).
 //! - **Checkpoints.** When the logs since the snapshot in force have grown
 //!   past its size (and at least [`LogOptions::checkpoint_bytes`]), the
 //!   commit that crossed the line encodes the whole state as snapshot
@@ -35,7 +45,8 @@
 //!   ([`LogOptions::checkpoint_chunk_bytes`], at least twice its own
 //!   record), so no commit waits for a whole snapshot to reach the disk.
 //!   When it is whole it is renamed into place (directory synced, with a
-//!   CRC over all of it) and the older snapshot and logs are removed.
+//!   CRC over all of it), every value held in the older snapshot or logs
+//!   moves to its place in the new snapshot, and those files are removed.
 //!   Until then `snap-{g}`, `log-{g}` and `log-{g+1}` are the state.
 //! - **Recovery** loads the newest snapshot and replays every log from its
 //!   generation on, in order (a gap is damage). A record
@@ -61,6 +72,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use abhyasa_core::custody::Record;
@@ -96,6 +108,21 @@ pub trait LogDisk: Send + fmt::Debug {
     fn list(&self) -> io::Result<Vec<String>>;
     /// The whole content of `name`, or `None` if there is no such file.
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    /// Fills `buf` from byte `at` of `name`: how the store reads a row it
+    /// holds as a place in a file. The default reads the whole file
+    /// ([`LogDisk::read`]); a real disk reads just the bytes.
+    fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
+        let b = self
+            .read(name)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
+        let at = usize::try_from(at).map_err(io::Error::other)?;
+        let src = at
+            .checked_add(buf.len())
+            .and_then(|end| b.get(at..end))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, name.to_string()))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
     /// Writes `data` at byte `at` of `name`, creating the file if it is
     /// missing; a write past the end extends it (a gap reads as zeros).
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()>;
@@ -117,7 +144,9 @@ pub trait LogDisk: Send + fmt::Debug {
 #[derive(Debug)]
 pub struct FsDisk {
     dir: PathBuf,
-    files: HashMap<String, File>,
+    /// Open handles, read and write; behind a lock so [`LogDisk::read_at`]
+    /// (which takes `&self`) can open and keep one too.
+    files: Mutex<HashMap<String, File>>,
     _lock: File,
 }
 
@@ -145,21 +174,28 @@ impl FsDisk {
         }
         Ok(Self {
             dir,
-            files: HashMap::new(),
+            files: Mutex::new(HashMap::new()),
             _lock: lock,
         })
     }
 
+    fn files(&mut self) -> &mut HashMap<String, File> {
+        self.files.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn file(&mut self, name: &str) -> io::Result<&mut File> {
-        if !self.files.contains_key(name) {
+        let path = self.dir.join(name);
+        let files = self.files();
+        if !files.contains_key(name) {
             let f = OpenOptions::new()
                 .create(true)
                 .truncate(false)
+                .read(true)
                 .write(true)
-                .open(self.dir.join(name))?;
-            self.files.insert(name.to_string(), f);
+                .open(path)?;
+            files.insert(name.to_string(), f);
         }
-        self.files
+        files
             .get_mut(name)
             .ok_or_else(|| io::Error::other("file handle missing after open"))
     }
@@ -187,6 +223,22 @@ impl LogDisk for FsDisk {
         }
     }
 
+    fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if !files.contains_key(name) {
+            // Never created here: a missing file is an error, not a new one.
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.dir.join(name))?;
+            files.insert(name.to_string(), f);
+        }
+        let f = files
+            .get(name)
+            .ok_or_else(|| io::Error::other("file handle missing after open"))?;
+        read_exact_at(f, at, buf)
+    }
+
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
         write_all_at(self.file(name)?, at, data)
     }
@@ -200,13 +252,13 @@ impl LogDisk for FsDisk {
     }
 
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
-        self.files.remove(from);
-        self.files.remove(to);
+        self.files().remove(from);
+        self.files().remove(to);
         std::fs::rename(self.dir.join(from), self.dir.join(to))
     }
 
     fn remove(&mut self, name: &str) -> io::Result<()> {
-        self.files.remove(name);
+        self.files().remove(name);
         match std::fs::remove_file(self.dir.join(name)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -224,6 +276,20 @@ impl LogDisk for FsDisk {
 #[cfg(unix)]
 fn write_all_at(f: &File, at: u64, data: &[u8]) -> io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(f, data, at)
+}
+
+/// Fills `buf` from offset `at` of `f`: one `pread` on Unix.
+#[cfg(unix)]
+fn read_exact_at(f: &File, at: u64, buf: &mut [u8]) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
+}
+
+/// Fills `buf` from offset `at` of `f`.
+#[cfg(not(unix))]
+fn read_exact_at(mut f: &File, at: u64, buf: &mut [u8]) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    f.seek(SeekFrom::Start(at))?;
+    f.read_exact(buf)
 }
 
 /// Writes all of `data` at offset `at` of `f`.
@@ -267,7 +333,75 @@ impl Default for LogOptions {
     }
 }
 
-type Rows = BTreeMap<Box<[u8]>, Box<[u8]>>;
+/// A value at least this long is held, once durable, as its place in the
+/// log record or snapshot that holds it rather than in memory: the tables
+/// then cost a key and a place per large row (a pending obligation, a
+/// terminal summary, a ledger entry), not the row (issue 14's memory
+/// target). Shorter values — counters, index entries — stay in memory.
+const HELD_ON_DISK_FROM: usize = 64;
+
+/// The file a value was read from or written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Src {
+    Log(u64),
+    Snap(u64),
+}
+
+impl Src {
+    fn name(self) -> String {
+        match self {
+            Src::Log(g) => log_name(g),
+            Src::Snap(g) => snap_name(g),
+        }
+    }
+
+    /// Whether the checkpoint that puts snapshot `gen` in force removes
+    /// this file.
+    fn replaced_by(self, gen: u64) -> bool {
+        match self {
+            Src::Log(g) | Src::Snap(g) => g < gen,
+        }
+    }
+}
+
+/// A row's value: in memory, or where a synced log record or snapshot
+/// holds it (`len` bytes from `at`). A place is only ever made for bytes
+/// that were durable when it was made, and a file is removed only after
+/// every place in it has moved to the snapshot that replaces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Val {
+    Mem(Box<[u8]>),
+    At { src: Src, at: u64, len: u32 },
+}
+
+impl Val {
+    /// A value read from `src` at `at`: a place if it is long enough.
+    fn read_from(src: Src, at: usize, v: &[u8]) -> Self {
+        match u32::try_from(v.len()) {
+            Ok(len) if v.len() >= HELD_ON_DISK_FROM => Val::At {
+                src,
+                at: at as u64,
+                len,
+            },
+            _ => Val::Mem(v.into()),
+        }
+    }
+
+    /// The bytes, read from the disk if they are held there.
+    fn load<'v>(&'v self, disk: &dyn LogDisk) -> Result<std::borrow::Cow<'v, [u8]>, StoreError> {
+        match self {
+            Val::Mem(b) => Ok(std::borrow::Cow::Borrowed(b)),
+            Val::At { src, at, len } => {
+                let mut buf = vec![0u8; *len as usize];
+                disk.read_at(&src.name(), *at, &mut buf)
+                    .map_err(io_err("read a row from the log"))?;
+                Ok(std::borrow::Cow::Owned(buf))
+            }
+        }
+    }
+}
+
+type Rows = BTreeMap<Box<[u8]>, Val>;
 
 /// A snapshot on its way to disk: the state as it was when `log-{gen}`
 /// was started, encoded, and how much of it `snap-{gen}.tmp` holds.
@@ -395,22 +529,26 @@ fn table_of(i: u8) -> Option<Table> {
     Table::ALL.get(usize::from(i)).copied()
 }
 
-/// One write of a commit: a put (`Some`) or a delete (`None`).
-type Write1 = Option<Box<[u8]>>;
+/// One write of a commit: a put (`Some`: where in the payload the value
+/// starts, and the value) or a delete (`None`).
+type Write1<'a> = Option<(usize, &'a [u8])>;
 
 /// A commit's writes, as decoded from its log record.
-type Ops = Vec<(Table, Box<[u8]>, Write1)>;
+type Ops<'a> = Vec<(Table, &'a [u8], Write1<'a>)>;
 
 /// Decodes a log record's payload into its writes.
-fn decode_ops(payload: &[u8]) -> Option<Ops> {
+fn decode_ops(payload: &[u8]) -> Option<Ops<'_>> {
     let mut c = Cursor { b: payload, at: 0 };
     let mut out = Vec::new();
     while !c.done() {
         let op = c.u8()?;
         let t = table_of(c.u8()?)?;
-        let k: Box<[u8]> = c.bytes()?.into();
+        let k = c.bytes()?;
         let v = match op {
-            OP_PUT => Some(c.bytes()?.into()),
+            OP_PUT => {
+                let v = c.bytes()?;
+                Some((c.at - v.len(), v))
+            }
             OP_DEL => None,
             _ => return None,
         };
@@ -438,8 +576,9 @@ fn len_at(b: &[u8], at: usize) -> Option<usize> {
 }
 
 /// The record starting at `at` of log `gen`, if one is whole and checks:
-/// its writes and its end.
-fn record_at(b: &[u8], gen: u64, at: usize) -> Option<(Ops, usize)> {
+/// its writes (a value's start counted from the record's payload) and its
+/// end.
+fn record_at(b: &[u8], gen: u64, at: usize) -> Option<(Ops<'_>, usize)> {
     let mut c = Cursor { b, at };
     let len_bytes = c.take(4)?;
     let len = usize::try_from(u32::from_le_bytes([
@@ -476,13 +615,13 @@ fn table_byte(t: Table) -> Result<u8, StoreError> {
 
 /// Appends one write of a commit to a record's payload: a put (`Some`)
 /// or a delete (`None`), as [`decode_ops`] reads it. Returns where in
-/// `out` the key now is.
+/// `out` the key now is, and where its value starts.
 fn push_op(
     out: &mut Vec<u8>,
     t: Table,
     k: &[u8],
     v: Option<&[u8]>,
-) -> Result<std::ops::Range<usize>, StoreError> {
+) -> Result<(std::ops::Range<usize>, usize), StoreError> {
     let t = table_byte(t)?;
     out.push(if v.is_some() { OP_PUT } else { OP_DEL });
     out.push(t);
@@ -493,7 +632,7 @@ fn push_op(
         put_len(out, v.len())?;
         out.extend_from_slice(v);
     }
-    Ok(at..at + k.len())
+    Ok((at..at + k.len(), out.len() - v.map_or(0, <[u8]>::len)))
 }
 
 /// Fills in the header of `rec` (a [`HEADER`]'s room, then the payload)
@@ -527,19 +666,21 @@ fn remove_before(disk: &mut dyn LogDisk, l: &Listing, gen: u64) -> Result<(), St
     Ok(())
 }
 
-fn apply(tables: &mut [Rows], t: Table, k: Box<[u8]>, v: Write1) {
+fn apply(tables: &mut [Rows], t: Table, k: &[u8], v: Option<Val>) {
     let rows = &mut tables[t.index()];
     match v {
         Some(v) => {
-            rows.insert(k, v);
+            rows.insert(k.into(), v);
         }
         None => {
-            rows.remove(&k);
+            rows.remove(k);
         }
     }
 }
 
-fn encode_snapshot(gen: u64, tables: &[Rows]) -> Result<Vec<u8>, StoreError> {
+/// The whole state as snapshot `gen`, every value read in full (a value
+/// held on disk is read from where it is).
+fn encode_snapshot(gen: u64, tables: &[Rows], disk: &dyn LogDisk) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::new();
     out.extend_from_slice(SNAP_MAGIC);
     out.extend_from_slice(&SNAP_VERSION.to_le_bytes());
@@ -551,8 +692,9 @@ fn encode_snapshot(gen: u64, tables: &[Rows]) -> Result<Vec<u8>, StoreError> {
             out.push(ti);
             put_len(&mut out, k.len())?;
             out.extend_from_slice(k);
+            let v = v.load(disk)?;
             put_len(&mut out, v.len())?;
-            out.extend_from_slice(v);
+            out.extend_from_slice(&v);
             count += 1;
         }
     }
@@ -595,7 +737,8 @@ fn decode_snapshot(name: &str, gen: u64, b: &[u8]) -> Result<Vec<Rows>, StoreErr
         let t = table_of(ti).ok_or_else(|| bad(at, &format!("names table {ti}")))?;
         let k = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
         let v = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
-        tables[t.index()].insert(k.into(), v.into());
+        let v = Val::read_from(Src::Snap(gen), c.at - v.len(), v);
+        tables[t.index()].insert(k.into(), v);
         count += 1;
     }
     if c.u64() != Some(count) || !c.done() {
@@ -643,9 +786,15 @@ fn listing(names: Vec<String>) -> Listing {
 /// between a write and its sync.)
 struct LogTxn<'a> {
     tables: &'a mut [Rows],
+    /// Where rows held on disk are read from.
+    disk: &'a dyn LogDisk,
     /// The commit's record: a header's room, then the writes as made.
     rec: &'a mut Vec<u8>,
     undo: Vec<Undo>,
+    /// The puts of values long enough to be held on disk: their table,
+    /// and where the record has the key and the value. Once the record is
+    /// durable, [`place`] holds each as its place in the log.
+    placed: Vec<(Table, std::ops::Range<usize>, std::ops::Range<usize>)>,
 }
 
 /// How to take back one write: the row `key` (a range of the record, where
@@ -653,17 +802,23 @@ struct LogTxn<'a> {
 struct Undo {
     t: Table,
     key: std::ops::Range<usize>,
-    old: Option<Box<[u8]>>,
+    old: Option<Val>,
 }
 
 impl Txn for LogTxn<'_> {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tables[t.index()].get(k).map(|v| v.to_vec()))
+        self.tables[t.index()]
+            .get(k)
+            .map(|v| v.load(self.disk).map(std::borrow::Cow::into_owned))
+            .transpose()
     }
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
-        let key = push_op(self.rec, t, k, Some(v))?;
-        let old = self.tables[t.index()].insert(k.into(), v.into());
+        let (key, at) = push_op(self.rec, t, k, Some(v))?;
+        if v.len() >= HELD_ON_DISK_FROM {
+            self.placed.push((t, key.clone(), at..at + v.len()));
+        }
+        let old = self.tables[t.index()].insert(k.into(), Val::Mem(v.into()));
         self.undo.push(Undo { t, key, old });
         Ok(())
     }
@@ -673,7 +828,7 @@ impl Txn for LogTxn<'_> {
         let Some(old) = self.tables[t.index()].remove(k) else {
             return Ok(());
         };
-        let key = push_op(self.rec, t, k, None)?;
+        let (key, _) = push_op(self.rec, t, k, None)?;
         self.undo.push(Undo {
             t,
             key,
@@ -700,17 +855,117 @@ fn roll_back(tables: &mut [Rows], rec: &[u8], undo: Vec<Undo>) {
     }
 }
 
-struct LogView<'a>(&'a [Rows]);
+/// After the commit `rec` is durable at byte `base` of `log-{gen}`: each
+/// large value it put (`placed`) is held as its place there instead of in
+/// memory — unless a later write of the same commit replaced it.
+fn place(
+    tables: &mut [Rows],
+    rec: &[u8],
+    placed: Vec<(Table, std::ops::Range<usize>, std::ops::Range<usize>)>,
+    gen: u64,
+    base: u64,
+) {
+    for (t, key, val) in placed {
+        let Ok(len) = u32::try_from(val.len()) else {
+            continue;
+        };
+        let Some(v) = tables[t.index()].get_mut(&rec[key]) else {
+            continue;
+        };
+        if matches!(v, Val::Mem(m) if **m == rec[val.clone()]) {
+            *v = Val::At {
+                src: Src::Log(gen),
+                at: base + val.start as u64,
+                len,
+            };
+        }
+    }
+}
+
+/// The next entry of a snapshot's body at `c`: its table byte, key, and
+/// where its value starts, with the value; `None` at the end marker (or
+/// at bytes that do not parse: the snapshot was checked when written).
+fn snap_entry<'a>(c: &mut Cursor<'a>) -> Option<(u8, &'a [u8], usize, &'a [u8])> {
+    let t = c.u8()?;
+    if t == SNAP_END {
+        return None;
+    }
+    let k = c.bytes()?;
+    let v = c.bytes()?;
+    Some((t, k, c.at - v.len(), v))
+}
+
+/// After snapshot `gen` (`snap`: its bytes) is in force, before the files
+/// it replaces are removed: every value held in one of them moves to its
+/// place in the snapshot. Such a value has not been written since the
+/// snapshot was encoded (a write since then went to `log-{gen}`), so the
+/// snapshot holds it under its key; both are in the same order (table,
+/// then key), so one pass over each finds them all. Were one missing, its
+/// bytes are read into memory while their file is still there.
+fn repoint(
+    tables: &mut [Rows],
+    snap: &[u8],
+    gen: u64,
+    disk: &dyn LogDisk,
+) -> Result<(), StoreError> {
+    // After the magic, the layout version and the generation.
+    let mut c = Cursor { b: snap, at: 20 };
+    let mut entry = snap_entry(&mut c);
+    for t in Table::ALL {
+        let tb = table_byte(t)?;
+        for (k, v) in tables[t.index()].iter_mut() {
+            let Val::At { src, len, .. } = *v else {
+                continue;
+            };
+            if !src.replaced_by(gen) {
+                continue;
+            }
+            while let Some((et, ek, _, _)) = entry {
+                if (et, ek) < (tb, &k[..]) {
+                    entry = snap_entry(&mut c);
+                } else {
+                    break;
+                }
+            }
+            match entry {
+                Some((et, ek, at, ev)) if et == tb && ek == &k[..] && ev.len() == len as usize => {
+                    *v = Val::At {
+                        src: Src::Snap(gen),
+                        at: at as u64,
+                        len,
+                    };
+                }
+                _ => {
+                    debug_assert!(
+                        false,
+                        "a value held in a replaced file is not in the snapshot"
+                    );
+                    let bytes = v.load(disk)?.into_owned();
+                    *v = Val::Mem(bytes.into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+struct LogView<'a> {
+    tables: &'a [Rows],
+    disk: &'a dyn LogDisk,
+}
 
 impl View for LogView<'_> {
     fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0[t.index()].get(k).map(|v| v.to_vec()))
+        self.tables[t.index()]
+            .get(k)
+            .map(|v| v.load(self.disk).map(std::borrow::Cow::into_owned))
+            .transpose()
     }
 
     fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
-        for (k, v) in self.0[t.index()].range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
-        {
-            if !f(k, v)? {
+        let rows = &self.tables[t.index()];
+        for (k, v) in rows.range::<[u8], _>((Bound::Included(from), Bound::Unbounded)) {
+            if !f(k, &v.load(self.disk)?)? {
                 break;
             }
         }
@@ -822,6 +1077,13 @@ impl LogStore {
                 .map_err(io_err("create the log"))?;
         }
         remove_before(disk.as_mut(), &l, snap)?;
+        // Rebuilt from their rows in order, the tables' B-trees have full
+        // nodes: built a row at a time, a node that keeps filling at its
+        // end splits in about half, and a million pending rows held ~40
+        // bytes more each (issue 14's memory target).
+        for rows in &mut tables {
+            *rows = std::mem::take(rows).into_iter().collect();
+        }
         let mut s = Self {
             disk,
             tables,
@@ -852,7 +1114,10 @@ impl LogStore {
     }
 
     fn view(&self) -> LogView<'_> {
-        LogView(&self.tables)
+        LogView {
+            tables: &self.tables,
+            disk: self.disk.as_ref(),
+        }
     }
 
     /// Runs `f` over a transaction; if it succeeds, writes its write set
@@ -875,11 +1140,13 @@ impl LogStore {
         let mut rec = vec![0u8; HEADER];
         let mut txn = LogTxn {
             tables: &mut self.tables,
+            disk: self.disk.as_ref(),
             rec: &mut rec,
             undo: Vec::new(),
+            placed: Vec::new(),
         };
         let out = f(&mut txn);
-        let undo = txn.undo;
+        let (undo, placed) = (txn.undo, txn.placed);
         // The record, sealed, unless the transaction wrote nothing.
         let sealed = out.and_then(|out| {
             if rec.len() == HEADER {
@@ -915,6 +1182,7 @@ impl LogStore {
             });
         }
         drop(undo);
+        place(&mut self.tables, &rec, placed, self.gen, self.log_bytes);
         self.log_bytes += rec.len() as u64;
         self.logged_since_snap += rec.len() as u64;
         // The commit is durable already: a failed checkpoint step does not
@@ -981,15 +1249,20 @@ impl LogStore {
         if end < cp.bytes.len() {
             return Ok(());
         }
-        // Whole and synced: put it in force, then drop what it replaces.
+        // Whole and synced: put it in force, move the values held in the
+        // files it replaces to it, then drop those files.
         let gen = cp.gen;
         let snap = snap_name(gen);
         d.rename(&tmp, &snap)
             .and_then(|()| d.sync_dir())
             .map_err(io_err("put a snapshot in place"))?;
+        let Some(cp) = self.checkpoint.take() else {
+            return Ok(());
+        };
         self.snap_bytes = cp.bytes.len() as u64;
         self.logged_since_snap = self.log_bytes;
-        self.checkpoint = None;
+        repoint(&mut self.tables, &cp.bytes, gen, self.disk.as_ref())?;
+        let d = &mut self.disk;
         let old = listing(d.list().map_err(io_err("list the store directory"))?);
         remove_before(d.as_mut(), &old, gen)
     }
@@ -998,7 +1271,7 @@ impl LogStore {
     /// later commits go there while the snapshot is written.
     fn start_checkpoint(&mut self) -> Result<(), StoreError> {
         let next = self.gen + 1;
-        let bytes = encode_snapshot(next, &self.tables)?;
+        let bytes = encode_snapshot(next, &self.tables, self.disk.as_ref())?;
         let tmp = format!("{}.tmp", snap_name(next));
         let log = log_name(next);
         let d = &mut self.disk;
@@ -1026,6 +1299,7 @@ fn replay(name: &str, gen: u64, b: &[u8], tables: &mut [Rows]) -> Result<usize, 
     while at < b.len() {
         if let Some((ops, end)) = record_at(b, gen, at) {
             for (t, k, v) in ops {
+                let v = v.map(|(i, v)| Val::read_from(Src::Log(gen), at + HEADER + i, v));
                 apply(tables, t, k, v);
             }
             at = end;
@@ -1092,6 +1366,25 @@ mod tests {
     use super::*;
 
     type Op<'a> = (Table, &'a [u8], Option<&'a [u8]>);
+
+    /// Every table with every value read in full, wherever it is held.
+    /// Each table's rows with their values in full.
+    type Full = Vec<BTreeMap<Box<[u8]>, Box<[u8]>>>;
+
+    fn materialize(tables: &[Rows], disk: &dyn LogDisk) -> Full {
+        tables
+            .iter()
+            .map(|rows| {
+                rows.iter()
+                    .map(|(k, v)| (k.clone(), v.load(disk).unwrap().into_owned().into()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn rows_of(s: &LogStore) -> Full {
+        materialize(&s.tables, s.disk.as_ref())
+    }
 
     fn rec(at: usize, ops: &[Op<'_>]) -> Vec<u8> {
         let mut out = vec![0u8; HEADER];
@@ -1177,6 +1470,16 @@ mod tests {
         fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
             Ok(self.files().files.get(name).cloned())
         }
+        fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
+            let f = self.files();
+            let b = f.files.get(name).ok_or(io::ErrorKind::NotFound)?;
+            let at = usize::try_from(at).unwrap();
+            let src = b
+                .get(at..at + buf.len())
+                .ok_or(io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
         fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
             let mut f = self.files();
             if f.fail_append {
@@ -1254,7 +1557,7 @@ mod tests {
     fn a_failed_transaction_or_write_leaves_the_tables_as_they_were() {
         let disk = MemDisk::default();
         let mut s = seeded(&disk);
-        let before = s.tables.clone();
+        let before = rows_of(&s);
         let written = disk.bytes();
 
         // The transaction itself fails after its writes.
@@ -1269,23 +1572,23 @@ mod tests {
             })
             .unwrap_err();
         assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
-        assert_eq!(s.tables, before);
+        assert_eq!(rows_of(&s), before);
         assert_eq!(disk.bytes(), written);
 
         // Its record cannot be written: taken back, and the store poisoned.
         disk.files().fail_append = true;
         assert!(s.transact(churn).is_err());
-        assert_eq!(s.tables, before);
+        assert_eq!(rows_of(&s), before);
         disk.files().fail_append = false;
         assert!(s.transact(churn).is_err(), "a poisoned store commits");
-        assert_eq!(s.tables, before);
+        assert_eq!(rows_of(&s), before);
 
         // Written but not synced: taken back too.
         let mut s = LogStore::open_on(disk.clone(), LogOptions::default()).unwrap();
-        assert_eq!(s.tables, before);
+        assert_eq!(rows_of(&s), before);
         disk.files().fail_sync = true;
         assert!(s.transact(churn).is_err());
-        assert_eq!(s.tables, before);
+        assert_eq!(rows_of(&s), before);
     }
 
     #[test]
@@ -1300,13 +1603,13 @@ mod tests {
         s.transact(churn).unwrap();
         let rows = &s.tables[Table::Meta.index()];
         assert_eq!(
-            rows.get(b"x.a".as_slice()).map(|v| &v[..]),
-            Some(b"3".as_slice())
+            rows.get(b"x.a".as_slice()),
+            Some(&Val::Mem(b"3".as_slice().into()))
         );
         assert!(!rows.contains_key(b"x.b".as_slice()));
         assert!(!rows.contains_key(b"x.c".as_slice()));
         let reopened = LogStore::open_on(disk.clone(), LogOptions::default()).unwrap();
-        assert_eq!(reopened.tables, s.tables);
+        assert_eq!(rows_of(&reopened), rows_of(&s));
     }
 
     fn log_len(disk: &MemDisk, s: &LogStore) -> usize {
@@ -1345,11 +1648,11 @@ mod tests {
         assert_eq!(log_len(&disk, &s), room);
 
         // Reopened: the zeros are room, not a torn commit.
-        let tables = s.tables.clone();
+        let tables = rows_of(&s);
         let log_bytes = s.log_bytes;
         drop(s);
         let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
-        assert_eq!(s.tables, tables);
+        assert_eq!(rows_of(&s), tables);
         assert_eq!(s.log_bytes, log_bytes);
         assert_eq!(log_len(&disk, &s), room);
         let grown = disk.files().growing_syncs;
@@ -1357,13 +1660,13 @@ mod tests {
         assert_eq!(disk.files().growing_syncs, grown);
 
         // A torn commit in the zeros is cut off, and the log grows again.
-        let tables = s.tables.clone();
+        let tables = rows_of(&s);
         let end = usize::try_from(s.log_bytes).unwrap();
         let name = log_name(s.gen);
         drop(s);
         disk.files().files.get_mut(&name).unwrap()[end..end + 12].fill(0x5a);
         let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
-        assert_eq!(s.tables, tables);
+        assert_eq!(rows_of(&s), tables);
         assert_eq!(log_len(&disk, &s), end);
         put_meta(&mut s, b"again", 40);
         assert_eq!(log_len(&disk, &s) % STEP as usize, 0);
@@ -1411,10 +1714,10 @@ mod tests {
             preallocate_bytes: 4096,
         };
         let (disk, s) = mid_checkpoint(&options);
-        let tables = s.tables.clone();
+        let tables = rows_of(&s);
         drop(s);
         let s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
-        assert_eq!(s.tables, tables);
+        assert_eq!(rows_of(&s), tables);
         drop(s);
 
         // The same with a stray byte after log-0's last commit.
@@ -1430,12 +1733,108 @@ mod tests {
     }
 
     #[test]
+    fn long_values_are_held_on_disk_and_follow_each_checkpoint() {
+        let options = LogOptions {
+            checkpoint_bytes: 2048,
+            checkpoint_chunk_bytes: 512,
+            preallocate_bytes: 4096,
+        };
+        let disk = MemDisk::default();
+        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        let long = |i: u8| vec![i; HELD_ON_DISK_FROM + usize::from(i)];
+        let pending = |s: &LogStore, k: &[u8]| s.tables[Table::Pending.index()].get(k).cloned();
+
+        // Committed, a long value is its place in the log; a short one and
+        // a long one the same commit then replaced are in memory.
+        s.transact(|t| {
+            t.put(Table::Pending, b"p0", &long(0))?;
+            t.put(Table::Pending, b"p1", &long(1))?;
+            t.put(Table::Pending, b"p1", b"short")?;
+            t.put(Table::Meta, b"m", b"1")
+        })
+        .unwrap();
+        let Some(Val::At { src, at, len }) = pending(&s, b"p0") else {
+            panic!("a committed long value is held in memory");
+        };
+        assert_eq!(src, Src::Log(0));
+        let log0 = disk.files().files[&log_name(0)].clone();
+        assert_eq!(&log0[at as usize..][..len as usize], &long(0)[..]);
+        assert_eq!(
+            pending(&s, b"p1"),
+            Some(Val::Mem(b"short".as_slice().into()))
+        );
+        assert!(matches!(
+            s.tables[Table::Meta.index()].get(b"m".as_slice()),
+            Some(Val::Mem(_))
+        ));
+
+        // Commits until checkpoints have replaced log 0 and log 1: every
+        // value reads back, from files that are still there.
+        let mut i = 2u8;
+        while s.gen < 3 || s.checkpoint.is_some() {
+            s.transact(|t| t.put(Table::Pending, &[b'q', i], &long(i)))
+                .unwrap();
+            i += 1;
+        }
+        let names: Vec<String> = disk.files().files.keys().cloned().collect();
+        assert!(
+            !names.contains(&log_name(0)) && !names.contains(&log_name(1)),
+            "{names:?}"
+        );
+        assert!(names.contains(&snap_name(3)), "{names:?}");
+        assert!(matches!(
+            pending(&s, b"p0"),
+            Some(Val::At {
+                src: Src::Snap(3),
+                ..
+            })
+        ));
+        let check = |s: &LogStore| {
+            let v = s.view();
+            assert_eq!(v.get(Table::Pending, b"p0").unwrap(), Some(long(0)));
+            assert_eq!(
+                v.get(Table::Pending, b"p1").unwrap(),
+                Some(b"short".to_vec())
+            );
+            for j in 2..i {
+                assert_eq!(v.get(Table::Pending, &[b'q', j]).unwrap(), Some(long(j)));
+            }
+            for rows in &s.tables {
+                for val in rows.values() {
+                    if let Val::At { src, .. } = val {
+                        assert!(names.contains(&src.name()), "{src:?} is gone");
+                    }
+                }
+            }
+        };
+        check(&s);
+        // Reopened: the same rows, held as places in the same files.
+        let before = rows_of(&s);
+        drop(s);
+        let s = LogStore::open_on(disk.clone(), options).unwrap();
+        assert_eq!(rows_of(&s), before);
+        check(&s);
+    }
+
+    #[test]
     fn snapshots_round_trip_and_refuse_damage() {
         let mut t = empty_tables();
-        t[Table::Pending.index()].insert(b"k".as_slice().into(), b"v".as_slice().into());
-        t[Table::Index.index()].insert(b"".as_slice().into(), b"".as_slice().into());
-        let b = encode_snapshot(3, &t).unwrap();
-        assert_eq!(decode_snapshot("snap-3", 3, &b).unwrap(), t);
+        let long = vec![9u8; HELD_ON_DISK_FROM];
+        t[Table::Pending.index()].insert(b"k".as_slice().into(), Val::Mem(b"v".as_slice().into()));
+        t[Table::Terminal.index()].insert(b"l".as_slice().into(), Val::Mem(long.clone().into()));
+        t[Table::Index.index()].insert(b"".as_slice().into(), Val::Mem(b"".as_slice().into()));
+        let b = encode_snapshot(3, &t, &MemDisk::default()).unwrap();
+        let back = decode_snapshot("snap-3", 3, &b).unwrap();
+        // The long value is held as its place in the snapshot.
+        let Some(Val::At { src, at, len }) = back[Table::Terminal.index()].get(b"l".as_slice())
+        else {
+            panic!("a long value read from a snapshot is held in memory");
+        };
+        assert_eq!(*src, Src::Snap(3));
+        assert_eq!(&b[*at as usize..][..*len as usize], &long[..]);
+        let disk = MemDisk::default();
+        disk.files().files.insert(snap_name(3), b.clone());
+        assert_eq!(materialize(&back, &disk), materialize(&t, &disk));
         assert!(decode_snapshot("snap-4", 4, &b).is_err());
         for i in 0..b.len() {
             let mut bad = b.clone();

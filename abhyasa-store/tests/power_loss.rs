@@ -402,6 +402,22 @@ impl LogDisk for LogCut {
         Ok(d.live.get(name).map(|ino| d.files[ino].live.clone()))
     }
 
+    fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
+        let d = self.dir();
+        if d.cut {
+            return Err(lost());
+        }
+        let ino = d.live.get(name).ok_or(io::ErrorKind::NotFound)?;
+        let f = &d.files[ino].live;
+        let at = usize::try_from(at).map_err(io::Error::other)?;
+        let src = at
+            .checked_add(buf.len())
+            .and_then(|end| f.get(at..end))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
         let mut d = self.tick()?;
         let ino = match d.live.get(name) {
