@@ -153,10 +153,20 @@ pub struct FsDisk {
 const LOCK: &str = "LOCK";
 
 impl FsDisk {
-    /// Opens (creating it if missing) the directory `dir`.
+    /// Opens (creating it if missing) the directory `dir`. A directory it
+    /// creates is made durable in its parent before this returns: the
+    /// store's syncs cover what is inside it, not its own name, and a
+    /// power cut could otherwise take every commit away with the name.
     pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir)?;
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            File::open(parent)?.sync_all()?;
+        }
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)

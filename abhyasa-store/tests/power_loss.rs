@@ -50,6 +50,7 @@ mod fuse;
 
 use std::collections::BTreeMap;
 use std::io;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -517,54 +518,75 @@ impl Rig for LogCut {
     }
 }
 
-// ------------------------------------------------- fjall on a FUSE disk
+// ------------------------------------------ fjall and the log on a FUSE disk
 
-/// fjall does its own file I/O through `std::fs`, with no storage hook:
-/// it runs on [`fuse::PowerMount`], a FUSE file system in this process
-/// that keeps the synced image apart (files by `fsync`/`fdatasync`,
-/// directory entries by a directory `fsync`). The disk that comes back is
-/// written to a real directory, where the store reopens.
-enum FjallCut {
-    Mounted(fuse::PowerMount),
+/// fjall does its own file I/O through `std::fs`, with no storage hook,
+/// and the log store's [`abhyasa_store::FsDisk`] is the one a node runs on: each runs on
+/// [`fuse::PowerMount`], a FUSE file system in this process that keeps the
+/// synced image apart (files by `fsync`/`fdatasync`, directory entries by
+/// a directory `fsync`). The disk that comes back is written to a real
+/// directory, where the store reopens.
+enum FuseCut<S> {
+    Mounted(fuse::PowerMount, PhantomData<S>),
     Back(tempfile::TempDir),
 }
 
-impl FjallCut {
+/// A store that opens on a directory of the real file system.
+trait OnDir: Store + Sized {
+    fn open_dir(path: &std::path::Path) -> Result<Self, StoreError>;
+}
+
+impl OnDir for FjallStore {
+    fn open_dir(path: &std::path::Path) -> Result<Self, StoreError> {
+        FjallStore::open_with(path, &options())
+    }
+}
+
+impl OnDir for LogStore {
+    fn open_dir(path: &std::path::Path) -> Result<Self, StoreError> {
+        LogStore::open_with(path, log_options())
+    }
+}
+
+impl<S> FuseCut<S> {
     fn root(&self) -> &std::path::Path {
         match self {
-            FjallCut::Mounted(m) => m.path(),
-            FjallCut::Back(d) => d.path(),
+            FuseCut::Mounted(m, _) => m.path(),
+            FuseCut::Back(d) => d.path(),
         }
     }
 }
 
-impl Rig for FjallCut {
-    type S = FjallStore;
+impl<S: OnDir> Rig for FuseCut<S> {
+    type S = S;
     const EVERY_OP: bool = false;
     const OPEN_STRIDE: u64 = 11;
     fn blank() -> Self {
-        FjallCut::Mounted(fuse::PowerMount::new().expect("mount the FUSE disk"))
+        FuseCut::Mounted(
+            fuse::PowerMount::new().expect("mount the FUSE disk"),
+            PhantomData,
+        )
     }
-    fn open(&self) -> Result<FjallStore, StoreError> {
-        FjallStore::open_with(self.root().join("db"), &options())
+    fn open(&self) -> Result<S, StoreError> {
+        S::open_dir(&self.root().join("db"))
     }
     fn ops(&self) -> u64 {
         match self {
-            FjallCut::Mounted(m) => m.ops(),
-            FjallCut::Back(_) => 0,
+            FuseCut::Mounted(m, _) => m.ops(),
+            FuseCut::Back(_) => 0,
         }
     }
     fn cut_at(&self, op: u64) {
-        if let FjallCut::Mounted(m) = self {
+        if let FuseCut::Mounted(m, _) = self {
             m.cut_at(op);
         }
     }
     fn back(&self, _opened: bool, rng: &mut ChaCha8Rng) -> Self {
         match self {
-            FjallCut::Mounted(m) => {
-                FjallCut::Back(m.after_power_loss(rng).expect("write the surviving image"))
+            FuseCut::Mounted(m, _) => {
+                FuseCut::Back(m.after_power_loss(rng).expect("write the surviving image"))
             }
-            FjallCut::Back(_) => unreachable!("the power is cut on the mounted disk only"),
+            FuseCut::Back(_) => unreachable!("the power is cut on the mounted disk only"),
         }
     }
 }
@@ -854,7 +876,7 @@ fn c_st_1_power_loss_log_store_receiver_commits_survive() {
 fn c_st_1_power_loss_fjall_custodian_commits_survive() {
     if fuse_ready() {
         let (clog, _) = workload();
-        enumerate::<FjallCut>("fjall custodian", &clog);
+        enumerate::<FuseCut<FjallStore>>("fjall custodian", &clog);
     }
 }
 
@@ -863,7 +885,27 @@ fn c_st_1_power_loss_fjall_custodian_commits_survive() {
 fn c_st_1_power_loss_fjall_receiver_commits_survive() {
     if fuse_ready() {
         let (_, rlog) = workload();
-        enumerate::<FjallCut>("fjall receiver", &rlog);
+        enumerate::<FuseCut<FjallStore>>("fjall receiver", &rlog);
+    }
+}
+
+/// C-ST-1 on the log store on the file system, as a node runs it
+/// ([`abhyasa_store::FsDisk`]): cuts inside the creation of its directory and files, its
+/// commits and checkpoints, through the real system calls.
+#[test]
+fn c_st_1_power_loss_log_store_on_a_file_system_custodian_commits_survive() {
+    if fuse_ready() {
+        let (clog, _) = workload();
+        enumerate::<FuseCut<LogStore>>("log (fs) custodian", &clog);
+    }
+}
+
+/// The same, receiver side.
+#[test]
+fn c_st_1_power_loss_log_store_on_a_file_system_receiver_commits_survive() {
+    if fuse_ready() {
+        let (_, rlog) = workload();
+        enumerate::<FuseCut<LogStore>>("log (fs) receiver", &rlog);
     }
 }
 
