@@ -7,7 +7,15 @@
 //! cargo run --release -p abhyasa-store --example store_bench -- --only-throughput
 //! cargo run --release -p abhyasa-store --example store_bench -- --store log --only-scale
 //! cargo run --release -p abhyasa-store --example store_bench -- --cpu
+//! cargo run --release -p abhyasa-store --example store_bench -- --retained 1000000
 //! ```
+//!
+//! `--retained N` measures what finished obligations cost until compaction
+//! drops them: N obligations opened, applied (the receiver's ledger entry
+//! in the same store) and closed, the store reopened in a fresh child
+//! process and its durable state loaded; prints the heap the open store
+//! holds per retained obligation (its own: the loaded state dropped) and
+//! what the loaded state itself takes.
 //!
 //! `--cpu` measures the log store's own CPU per obligation alone: the
 //! same commits (batch 256) on a disk held in memory, so no write or
@@ -455,9 +463,77 @@ fn recover_child(kind: &str, path: &str, pending: u64) {
     drop(c);
 }
 
+/// Writes `n` obligations opened, applied and closed into a new store at
+/// `path`, 64 batches of 4096 at a time.
+fn retain_write_child(kind: &str, path: &str, n: u64) {
+    let kind: StoreKind = kind.parse().expect("kind");
+    let mut store = kind.open(path, &StoreOptions::default()).expect("open");
+    let batch = 4096usize;
+    let mut done = 0u64;
+    while done < n {
+        let count = 64.min((n - done).div_ceil(batch as u64) as usize);
+        let batches = make_batches(done, batch, count);
+        commit_all(store.as_mut(), &batches, count);
+        let last = &batches[count - 1].closes;
+        let _ = store.commit(EPOCH, &[last]).expect("commit");
+        done += (count * batch) as u64;
+    }
+    println!("written={done}");
+}
+
+/// Reopens the store at `path` and loads it: the heap the open store holds
+/// (the loaded state dropped), the heap of the loaded state, and the time.
+fn retain_recover_child(kind: &str, path: &str) {
+    let kind: StoreKind = kind.parse().expect("kind");
+    let held_before = held_bytes();
+    let t = Instant::now();
+    let store = kind.open(path, &StoreOptions::default()).expect("open");
+    let state = store.load().expect("load");
+    let secs = t.elapsed().as_secs_f64();
+    let terminal = state.custodian.terminal.len();
+    abhyasa_alloc::collect();
+    let with_state = held_bytes().saturating_sub(held_before);
+    drop(state);
+    abhyasa_alloc::collect();
+    let store_held = held_bytes().saturating_sub(held_before);
+    println!(
+        "terminal={terminal} store_held={store_held} state_held={} load_secs={secs}",
+        with_state.saturating_sub(store_held)
+    );
+    drop(store);
+}
+
+fn retained(kinds: &[StoreKind], n: u64) {
+    println!("{n} retained obligations (opened, applied, closed; both sides in one store):");
+    for &kind in kinds {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = db_path(kind, dir.path());
+        let written = field(&child("--retain-write-child", kind, &path, n), "written=");
+        let text = child("--retain-recover-child", kind, &path, 0);
+        let f = |name: &str| field(&text, name);
+        println!(
+            "{:>6}: {} terminal of {written}; store heap {:.0} B / obligation, loaded state {:.0} B / obligation, open + load {:.2} s, disk {:.0} B / obligation",
+            kind.as_str(),
+            f("terminal="),
+            f("store_held=") / written,
+            f("state_held=") / written,
+            f("load_secs="),
+            disk_bytes(&path) as f64 / written,
+        );
+    }
+}
+
 fn main() {
     abhyasa_alloc::tune();
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--retain-write-child") {
+        retain_write_child(&args[2], &args[3], args[4].parse().expect("n"));
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--retain-recover-child") {
+        retain_recover_child(&args[2], &args[3]);
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--write-child") {
         write_child(&args[2], &args[3], args[4].parse().expect("pending"));
         return;
@@ -485,6 +561,14 @@ fn main() {
             StoreKind::Fjall,
         ],
     };
+    if let Some(n) = args
+        .iter()
+        .position(|a| a == "--retained")
+        .and_then(|i| args.get(i + 1))
+    {
+        retained(&kinds, n.parse().expect("--retained N"));
+        return;
+    }
     if args.iter().any(|a| a == "--cpu") {
         cpu_only(5, if quick { 100 } else { 400 });
         return;

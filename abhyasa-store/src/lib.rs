@@ -1,9 +1,9 @@
 //! # abhyasa-store
 //!
-//! Embedded durable stores for Abhyasa nodes: [`FjallStore`] (the default,
-//! an LSM tree), [`RedbStore`] (a B-tree file), [`SledStore`] and
-//! [`LogStore`] (a commit log with its keys in memory and its long
-//! values read from the log, one write and one `fdatasync` per commit), all implementing the core's
+//! Embedded durable stores for Abhyasa nodes: [`LogStore`] (the default: a
+//! commit log with its keys in memory and its long values read from the
+//! log, one write and one `fdatasync` per commit), [`FjallStore`] (an LSM
+//! tree), [`RedbStore`] (a B-tree file) and [`SledStore`], all implementing the core's
 //! [`Store`] trait with the same tables and the
 //! same rules (the semantics are written once, over a minimal key-value
 //! transaction, and both backends run the shared storage suite together
@@ -205,16 +205,17 @@ impl Default for StoreOptions {
 /// in its config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreKind {
-    /// [`RedbStore`] (a file): the default until 2026-12.
+    /// [`RedbStore`] (a file): the default until 2026-12-04.
     Redb,
     /// [`SledStore`].
     Sled,
-    /// [`LogStore`] (a directory).
-    Log,
-    /// [`FjallStore`] (a directory): the default, chosen by measurement
-    /// (see `README.md`): the fastest store that passes the suite, crash
-    /// enumeration, kill and power-loss tests and meets the recovery bound.
+    /// [`LogStore`] (a directory): the default since 2026-12-05, chosen by
+    /// measurement (see `README.md`): the fastest store that passes the
+    /// suite, crash enumeration, kill and power-loss tests and meets issue
+    /// 14's memory and recovery bounds.
     #[default]
+    Log,
+    /// [`FjallStore`] (a directory): the default on 2026-12-04 and 05.
     Fjall,
 }
 

@@ -800,11 +800,11 @@ fn store_kind_parses_config_values() {
     assert_eq!("fjall".parse::<StoreKind>().unwrap(), StoreKind::Fjall);
     assert!("rocksdb".parse::<StoreKind>().is_err());
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(StoreKind::default(), StoreKind::Fjall, "the default store");
+    assert_eq!(StoreKind::default(), StoreKind::Log, "the default store");
     let mut s = StoreKind::default()
-        .open(dir.path().join("n.fjall"), &Default::default())
+        .open(dir.path().join("n.log"), &Default::default())
         .unwrap();
-    assert_eq!(s.backend(), "fjall");
+    assert_eq!(s.backend(), "log");
     let _ = s.commit(EPOCH, &[&[opened(&phala("a", -0.3))]]).unwrap();
     assert_eq!(s.load().unwrap().custodian.pending.len(), 1);
 }

@@ -7,7 +7,7 @@
 # Starts mosquitto (MQTT, persistence on) and nats-server (JetStream, file
 # store) on loopback with temporary directories — installing the Debian
 # packages when they are missing — then interleaves, round by round:
-#   Abhyasa  cargo run --release -p abhyasa --example throughput -- --store "$STORE" --json (default fjall)
+#   Abhyasa  cargo run --release -p abhyasa --example throughput -- --store "$STORE" --json (default log)
 #   MQTT     QoS 1 and QoS 2 through mosquitto (benches/peers, rumqttc)
 #   NATS     JetStream publish + durable pull consumer with explicit acks
 # and prints one table (medians over the rounds) with Abhyasa's ratio to each.
@@ -21,7 +21,7 @@ SIZE="${SIZE:-256}"
 INFLIGHT="${INFLIGHT:-512}"
 RATE="${RATE:-10000}"
 SECONDS_PACED="${SECONDS_PACED:-5}"
-STORE="${STORE:-fjall}"
+STORE="${STORE:-log}"
 MQTT_PORT="${MQTT_PORT:-18830}"
 NATS_PORT="${NATS_PORT:-14222}"
 

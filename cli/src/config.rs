@@ -7,8 +7,8 @@
 //! ```toml
 //! agent = "alice"                 # this node's agent id (required)
 //! listen = "0.0.0.0:7400"         # QUIC listen address (UDP)
-//! store = "fjall"                 # "fjall" (default), "redb", "sled", "log" or "postgres"
-//! store_path = "store.fjall"      # relative to the node directory (default store.<store>)
+//! store = "log"                   # "log" (default), "fjall", "redb", "sled" or "postgres"
+//! store_path = "store.log"        # relative to the node directory (default store.<store>)
 //! postgres_url = "postgres://…"  # store = "postgres": the database (else env ABHYASA_PG_URL)
 //! postgres_lease_ms = 10000       # store = "postgres": ownership lease (a standby takes over after it)
 //! postgres_standby = false        # store = "postgres": wait for the owner's lease instead of failing
@@ -302,25 +302,25 @@ impl NodeConfig {
     }
 
     /// The store named by `store`, or the default. A config without
-    /// `store` (nor `store_path`) from before fjall became the default
-    /// (redb before 2026-12) whose node directory holds `store.redb` and
-    /// no `store.fjall` keeps redb: otherwise the node would start on a
+    /// `store` (nor `store_path`) from before the default became what it
+    /// is — redb until 2026-12-04, then fjall — whose node directory holds
+    /// `store.fjall` or `store.redb` and no store of the default keeps the
+    /// one it has (the newer if both): otherwise the node would start on a
     /// new, empty store and leave every pending obligation behind.
     fn store_name(&self, dir: &Path) -> String {
         if let Some(s) = &self.store {
             return s.clone();
         }
-        let legacy = StoreKind::Redb;
         let file = |k: StoreKind| dir.join(format!("store.{}", k.as_str()));
-        if self.store_path.is_none()
-            && file(legacy).exists()
-            && !file(StoreKind::default()).exists()
-        {
-            tracing::warn!(
-                "config.toml names no store and {} exists: keeping {legacy} (write `store = \"{legacy}\"` to silence this)",
-                file(legacy).display()
-            );
-            return legacy.as_str().into();
+        if self.store_path.is_none() && !file(StoreKind::default()).exists() {
+            let earlier = [StoreKind::Fjall, StoreKind::Redb];
+            if let Some(legacy) = earlier.into_iter().find(|k| file(*k).exists()) {
+                tracing::warn!(
+                    "config.toml names no store and {} exists: keeping {legacy} (write `store = \"{legacy}\"` to silence this)",
+                    file(legacy).display()
+                );
+                return legacy.as_str().into();
+            }
         }
         StoreKind::default().as_str().into()
     }
@@ -733,22 +733,31 @@ mod tests {
         assert_eq!(c.store, None);
         let dir = tempfile::tempdir().expect("tempdir");
         let r = c.clone().resolve(dir.path()).expect("resolves");
-        assert_eq!(r.store, StoreKind::Fjall, "the default store");
-        assert_eq!(r.store_path, dir.path().join("store.fjall"));
+        assert_eq!(r.store, StoreKind::Log, "the default store");
+        assert_eq!(r.store_path, dir.path().join("store.log"));
         // A node from when redb was the default, its config naming no store,
         // keeps its store.redb rather than start on a new, empty store.
         std::fs::write(dir.path().join("store.redb"), b"").expect("write");
         let r = c.clone().resolve(dir.path()).expect("resolves");
         assert_eq!(r.store, StoreKind::Redb, "a legacy node keeps redb");
         assert_eq!(r.store_path, dir.path().join("store.redb"));
+        // One from when fjall was (it may hold both): the newer, fjall.
+        std::fs::create_dir(dir.path().join("store.fjall")).expect("mkdir");
+        let r = c.clone().resolve(dir.path()).expect("resolves");
+        assert_eq!(r.store, StoreKind::Fjall, "a legacy node keeps fjall");
+        assert_eq!(r.store_path, dir.path().join("store.fjall"));
+        // Once a store of the default is there, it is the node's.
+        std::fs::create_dir(dir.path().join("store.log")).expect("mkdir");
+        let r = c.clone().resolve(dir.path()).expect("resolves");
+        assert_eq!(r.store, StoreKind::Log);
         // Named, the store is what the config says; a new node names it.
-        let named = NodeConfig::parse("agent = \"a\"\nstore = \"fjall\"\n", p).expect("parses");
+        let named = NodeConfig::parse("agent = \"a\"\nstore = \"redb\"\n", p).expect("parses");
         assert_eq!(
             named.resolve(dir.path()).expect("resolves").store,
-            StoreKind::Fjall
+            StoreKind::Redb
         );
         let new = NodeConfig::new("a", "127.0.0.1:7400");
-        assert_eq!(new.store.as_deref(), Some("fjall"), "init writes the store");
+        assert_eq!(new.store.as_deref(), Some("log"), "init writes the store");
         assert_eq!(c.max_pending, 1_000_000);
         // C-ND-5 defaults: documented in the module docs.
         assert_eq!(c.retention_seconds, 604_800);

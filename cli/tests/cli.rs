@@ -384,11 +384,7 @@ fn bad_config_names_the_key() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 
-    std::fs::write(
-        &path,
-        good.replace("store = \"fjall\"", "store = \"mysql\""),
-    )
-    .expect("write");
+    std::fs::write(&path, good.replace("store = \"log\"", "store = \"mysql\"")).expect("write");
     let out = abhyasa(&["card", "--dir", d]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

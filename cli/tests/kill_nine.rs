@@ -212,7 +212,7 @@ fn run(plan: &Plan) {
 }
 
 fn verdict(a: &Path, b: &Path, n: usize) -> custody::Verdict {
-    // `abhyasa init` names the default store (fjall) in each config.
+    // `abhyasa init` names the default store (log) in each config.
     let opts = StoreOptions::default();
     let kind = StoreKind::default();
     let alice = kind

@@ -25,8 +25,8 @@ pub(crate) struct DemoArgs {
     /// Print one JSON summary instead of the live view.
     #[arg(long)]
     json: bool,
-    /// Store backend for both nodes: fjall, redb, sled or log (default:
-    /// the node's default store, fjall).
+    /// Store backend for both nodes: log, fjall, redb or sled (default:
+    /// the node's default store, log).
     #[arg(long)]
     store: Option<String>,
     /// Keep the temporary directory (stores, identities) and print its path.
