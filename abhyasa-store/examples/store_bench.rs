@@ -44,7 +44,7 @@ use abhyasa_core::custody::{
 use abhyasa_core::polarity::{PolarityRegistry, PHALA_KIND};
 use abhyasa_core::store::Store;
 use abhyasa_core::{AckStatus, AgentId, CustodyAck, Obligation, RetryBackoff, Timestamp};
-use abhyasa_store::{LogDisk, LogOptions, LogStore, StoreKind, StoreOptions};
+use abhyasa_store::{read_image_at, LogDisk, LogOptions, LogStore, StoreKind, StoreOptions};
 use serde_json::json;
 
 /// Counts the bytes the program holds on the heap, so the recovery child
@@ -267,14 +267,7 @@ impl LogDisk for MemDisk {
         Ok(self.0.get(name).cloned())
     }
     fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
-        let f = self.0.get(name).ok_or(io::ErrorKind::NotFound)?;
-        let at = usize::try_from(at).map_err(io::Error::other)?;
-        let src = at
-            .checked_add(buf.len())
-            .and_then(|end| f.get(at..end))
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
-        buf.copy_from_slice(src);
-        Ok(())
+        read_image_at(self.0.get(name).ok_or(io::ErrorKind::NotFound)?, at, buf)
     }
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
         let f = self.0.entry(name.to_string()).or_default();

@@ -125,7 +125,7 @@ use abhyasa_core::Timestamp;
 
 pub use engine::{CorruptRow, QuarantinedRow, FORMAT_VERSION};
 pub use fjall_store::FjallStore;
-pub use log_store::{FsDisk, LogDisk, LogOptions, LogStore};
+pub use log_store::{read_image_at, FsDisk, LogDisk, LogOptions, LogStore};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
 

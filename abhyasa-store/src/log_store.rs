@@ -115,13 +115,7 @@ pub trait LogDisk: Send + fmt::Debug {
         let b = self
             .read(name)?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
-        let at = usize::try_from(at).map_err(io::Error::other)?;
-        let src = at
-            .checked_add(buf.len())
-            .and_then(|end| b.get(at..end))
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, name.to_string()))?;
-        buf.copy_from_slice(src);
-        Ok(())
+        read_image_at(&b, at, buf)
     }
     /// Writes `data` at byte `at` of `name`, creating the file if it is
     /// missing; a write past the end extends it (a gap reads as zeros).
@@ -136,6 +130,18 @@ pub trait LogDisk: Send + fmt::Debug {
     fn remove(&mut self, name: &str) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&mut self) -> io::Result<()>;
+}
+
+/// [`LogDisk::read_at`] for a disk that holds a file's bytes in memory
+/// (`image`): fills `buf` from byte `at`, or fails with `UnexpectedEof` if
+/// the file is shorter.
+pub fn read_image_at(image: &[u8], at: u64, buf: &mut [u8]) -> io::Result<()> {
+    let src = usize::try_from(at)
+        .ok()
+        .and_then(|at| image.get(at..at.checked_add(buf.len())?))
+        .ok_or(io::ErrorKind::UnexpectedEof)?;
+    buf.copy_from_slice(src);
+    Ok(())
 }
 
 /// A [`LogDisk`] on a directory of the file system. It holds an exclusive
@@ -1482,13 +1488,7 @@ mod tests {
         }
         fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
             let f = self.files();
-            let b = f.files.get(name).ok_or(io::ErrorKind::NotFound)?;
-            let at = usize::try_from(at).unwrap();
-            let src = b
-                .get(at..at + buf.len())
-                .ok_or(io::ErrorKind::UnexpectedEof)?;
-            buf.copy_from_slice(src);
-            Ok(())
+            read_image_at(f.files.get(name).ok_or(io::ErrorKind::NotFound)?, at, buf)
         }
         fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
             let mut f = self.files();
@@ -1824,6 +1824,17 @@ mod tests {
         let s = LogStore::open_on(disk.clone(), options).unwrap();
         assert_eq!(rows_of(&s), before);
         check(&s);
+    }
+
+    #[test]
+    fn an_image_reads_inside_its_bytes_only() {
+        let mut buf = [0u8; 2];
+        read_image_at(b"abc", 1, &mut buf).unwrap();
+        assert_eq!(&buf, b"bc");
+        for at in [2, 3, u64::MAX] {
+            let e = read_image_at(b"abc", at, &mut buf).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "at {at}");
+        }
     }
 
     #[test]

@@ -57,7 +57,9 @@ use std::time::Duration;
 use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, CrashTiming, DurableState, SimStore, Store, StoreError};
 use abhyasa_core::Timestamp;
-use abhyasa_store::{FjallStore, LogDisk, LogOptions, LogStore, RedbStore, StoreOptions};
+use abhyasa_store::{
+    read_image_at, FjallStore, LogDisk, LogOptions, LogStore, RedbStore, StoreOptions,
+};
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -409,14 +411,7 @@ impl LogDisk for LogCut {
             return Err(lost());
         }
         let ino = d.live.get(name).ok_or(io::ErrorKind::NotFound)?;
-        let f = &d.files[ino].live;
-        let at = usize::try_from(at).map_err(io::Error::other)?;
-        let src = at
-            .checked_add(buf.len())
-            .and_then(|end| f.get(at..end))
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
-        buf.copy_from_slice(src);
-        Ok(())
+        read_image_at(&d.files[ino].live, at, buf)
     }
 
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
