@@ -27,10 +27,11 @@
 //! - **Keys in memory, long values on disk.** Every table lives in a
 //!   `BTreeMap` keyed by the row's key. A value shorter than 64 bytes
 //!   (counters, index entries) is held there; a longer one (a pending
-//!   obligation, a terminal summary, a ledger entry) is held, once its
-//!   commit is durable, as its place in that commit's log record — or in
-//!   the snapshot, once a checkpoint has put one in force — and read with
-//!   one `pread` when asked for. Whether a row exists is always answered
+//!   obligation, a terminal summary, a ledger entry) is held as its place
+//!   in the log record its commit writes (read from the record itself
+//!   until the commit is durable, and taken back with the commit's other
+//!   writes if it never is) — or in the snapshot, once a checkpoint has
+//!   put one in force — and read with one `pread` when asked for. Whether a row exists is always answered
 //!   from memory, so the commit path reads the disk only for a long row
 //!   it changes (a close reads the pending row it removes). After a
 //!   restart the tables are rebuilt with full B-tree nodes. Per pending
@@ -800,17 +801,22 @@ fn listing(names: Vec<String>) -> Listing {
 /// back if the transaction fails or its record cannot be made durable.
 /// (Only the store's own thread, inside `transact`, sees the tables
 /// between a write and its sync.)
+///
+/// A long value is put as its place in the log from the start: where the
+/// record will be written (`gen`, `base`) is known before it is. Until
+/// the record is durable such a place is read from `rec` itself, and if
+/// it never becomes durable the rows are put back, so no read after the
+/// transaction sees a place the log does not hold.
 struct LogTxn<'a> {
     tables: &'a mut [Rows],
     /// Where rows held on disk are read from.
     disk: &'a dyn LogDisk,
     /// The commit's record: a header's room, then the writes as made.
     rec: &'a mut Vec<u8>,
+    /// The log the record goes to, and the byte it will start at.
+    gen: u64,
+    base: u64,
     undo: Vec<Undo>,
-    /// The puts of values long enough to be held on disk: their table,
-    /// and where the record has the key and the value. Once the record is
-    /// durable, [`place`] holds each as its place in the log.
-    placed: Vec<(Table, std::ops::Range<usize>, std::ops::Range<usize>)>,
 }
 
 /// How to take back one write: the row `key` (a range of the record, where
@@ -823,18 +829,38 @@ struct Undo {
 
 impl Txn for LogTxn<'_> {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.tables[t.index()]
-            .get(k)
-            .map(|v| v.load(self.disk).map(std::borrow::Cow::into_owned))
-            .transpose()
+        let Some(v) = self.tables[t.index()].get(k) else {
+            return Ok(None);
+        };
+        if let Val::At { src, at, len } = *v {
+            if src == Src::Log(self.gen) && at >= self.base {
+                // Written by this transaction: in the record, not the log.
+                let from = usize::try_from(at - self.base).unwrap_or(usize::MAX);
+                let bytes = from
+                    .checked_add(len as usize)
+                    .and_then(|end| self.rec.get(from..end))
+                    .ok_or_else(|| StoreError::Unwritable {
+                        table: t.name(),
+                        key: String::from_utf8_lossy(k).into_owned(),
+                        detail: "a place this commit made is outside its record".into(),
+                    })?;
+                return Ok(Some(bytes.to_vec()));
+            }
+        }
+        v.load(self.disk).map(|b| Some(b.into_owned()))
     }
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
         let (key, at) = push_op(self.rec, t, k, Some(v))?;
-        if v.len() >= HELD_ON_DISK_FROM {
-            self.placed.push((t, key.clone(), at..at + v.len()));
-        }
-        let old = self.tables[t.index()].insert(k.into(), Val::Mem(v.into()));
+        let val = match u32::try_from(v.len()) {
+            Ok(len) if v.len() >= HELD_ON_DISK_FROM => Val::At {
+                src: Src::Log(self.gen),
+                at: self.base + at as u64,
+                len,
+            },
+            _ => Val::Mem(v.into()),
+        };
+        let old = self.tables[t.index()].insert(k.into(), val);
         self.undo.push(Undo { t, key, old });
         Ok(())
     }
@@ -867,33 +893,6 @@ fn roll_back(tables: &mut [Rows], rec: &[u8], undo: Vec<Undo>) {
             None => {
                 rows.remove(k);
             }
-        }
-    }
-}
-
-/// After the commit `rec` is durable at byte `base` of `log-{gen}`: each
-/// large value it put (`placed`) is held as its place there instead of in
-/// memory — unless a later write of the same commit replaced it.
-fn place(
-    tables: &mut [Rows],
-    rec: &[u8],
-    placed: Vec<(Table, std::ops::Range<usize>, std::ops::Range<usize>)>,
-    gen: u64,
-    base: u64,
-) {
-    for (t, key, val) in placed {
-        let Ok(len) = u32::try_from(val.len()) else {
-            continue;
-        };
-        let Some(v) = tables[t.index()].get_mut(&rec[key]) else {
-            continue;
-        };
-        if matches!(v, Val::Mem(m) if **m == rec[val.clone()]) {
-            *v = Val::At {
-                src: Src::Log(gen),
-                at: base + val.start as u64,
-                len,
-            };
         }
     }
 }
@@ -1159,10 +1158,11 @@ impl LogStore {
             disk: self.disk.as_ref(),
             rec: &mut rec,
             undo: Vec::new(),
-            placed: Vec::new(),
+            gen: self.gen,
+            base: self.log_bytes,
         };
         let out = f(&mut txn);
-        let (undo, placed) = (txn.undo, txn.placed);
+        let undo = txn.undo;
         // The record, sealed, unless the transaction wrote nothing.
         let sealed = out.and_then(|out| {
             if rec.len() == HEADER {
@@ -1198,7 +1198,6 @@ impl LogStore {
             });
         }
         drop(undo);
-        place(&mut self.tables, &rec, placed, self.gen, self.log_bytes);
         self.log_bytes += rec.len() as u64;
         self.logged_since_snap += rec.len() as u64;
         // The commit is durable already: a failed checkpoint step does not
@@ -1758,11 +1757,27 @@ mod tests {
         // a long one the same commit then replaced are in memory.
         s.transact(|t| {
             t.put(Table::Pending, b"p0", &long(0))?;
+            // Read back before the record is written: from the record.
+            t.put(Table::Terminal, b"t5", &long(5))?;
+            assert_eq!(t.get(Table::Terminal, b"t5")?, Some(long(5)));
             t.put(Table::Pending, b"p1", &long(1))?;
             t.put(Table::Pending, b"p1", b"short")?;
             t.put(Table::Meta, b"m", b"1")
         })
         .unwrap();
+        // A transaction that fails leaves no place in a record never written.
+        let before = rows_of(&s);
+        let err = s.transact(|t| {
+            t.put(Table::Pending, b"p0", &long(7))?;
+            t.put(Table::Pending, b"p9", &long(9))?;
+            Err::<(), _>(StoreError::Unwritable {
+                table: "custody_pending",
+                key: String::new(),
+                detail: "refused by the test".into(),
+            })
+        });
+        assert!(err.is_err());
+        assert_eq!(rows_of(&s), before);
         let Some(Val::At { src, at, len }) = pending(&s, b"p0") else {
             panic!("a committed long value is held in memory");
         };
