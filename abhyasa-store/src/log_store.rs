@@ -31,9 +31,10 @@
 //!   in the log record its commit writes (read from the record itself
 //!   until the commit is durable, and taken back with the commit's other
 //!   writes if it never is) — or in the snapshot, once a checkpoint has
-//!   put one in force — and read with one `pread` when asked for. Whether a row exists is always answered
-//!   from memory, so the commit path reads the disk only for a long row
-//!   it changes (a close reads the pending row it removes). After a
+//!   put one in force — and read with one `pread` when asked for.
+//!   Whether a row exists is always answered from memory, so the commit
+//!   path reads the disk only for a long row it changes (a close reads
+//!   the pending row it removes). After a
 //!   restart the tables are rebuilt with full B-tree nodes. Per pending
 //!   obligation that is ~60 bytes beside the custodian's own state, not
 //!   the ~470 of holding every row (issue 14's memory target).
@@ -90,6 +91,8 @@ const BACKEND: &str = "log";
 const SNAP_MAGIC: &[u8; 8] = b"ABHYSNAP";
 /// The snapshot layout version.
 const SNAP_VERSION: u32 = 1;
+/// A snapshot's header: magic, layout version, generation.
+const SNAP_HEADER: usize = 8 + 4 + 8;
 /// Marks the end of a snapshot's entries (no table has this index).
 const SNAP_END: u8 = 0xFF;
 /// A log record's header: length and checksum.
@@ -200,22 +203,33 @@ impl FsDisk {
         self.files.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The handle of `name`, for writing: created if missing.
     fn file(&mut self, name: &str) -> io::Result<&mut File> {
-        let path = self.dir.join(name);
-        let files = self.files();
-        if !files.contains_key(name) {
-            let f = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(path)?;
-            files.insert(name.to_string(), f);
-        }
-        files
-            .get_mut(name)
-            .ok_or_else(|| io::Error::other("file handle missing after open"))
+        let files = self.files.get_mut().unwrap_or_else(|e| e.into_inner());
+        handle(files, &self.dir, name, true)
     }
+}
+
+/// The open handle of `name` in `dir` (read and write), opened and kept
+/// in `files` the first time; a missing file is created only if `create`.
+fn handle<'f>(
+    files: &'f mut HashMap<String, File>,
+    dir: &Path,
+    name: &str,
+    create: bool,
+) -> io::Result<&'f mut File> {
+    if !files.contains_key(name) {
+        let f = OpenOptions::new()
+            .create(create)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(dir.join(name))?;
+        files.insert(name.to_string(), f);
+    }
+    files
+        .get_mut(name)
+        .ok_or_else(|| io::Error::other("file handle missing after open"))
 }
 
 impl LogDisk for FsDisk {
@@ -242,18 +256,8 @@ impl LogDisk for FsDisk {
 
     fn read_at(&self, name: &str, at: u64, buf: &mut [u8]) -> io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if !files.contains_key(name) {
-            // Never created here: a missing file is an error, not a new one.
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.dir.join(name))?;
-            files.insert(name.to_string(), f);
-        }
-        let f = files
-            .get(name)
-            .ok_or_else(|| io::Error::other("file handle missing after open"))?;
-        read_exact_at(f, at, buf)
+        // Never created by a read: a missing file is an error, not a new one.
+        read_exact_at(handle(&mut files, &self.dir, name, false)?, at, buf)
     }
 
     fn write_at(&mut self, name: &str, at: u64, data: &[u8]) -> io::Result<()> {
@@ -350,8 +354,8 @@ impl Default for LogOptions {
     }
 }
 
-/// A value at least this long is held, once durable, as its place in the
-/// log record or snapshot that holds it rather than in memory: the tables
+/// A value at least this long is held as its place in the log record or
+/// snapshot that holds it rather than in memory: the tables
 /// then cost a key and a place per large row (a pending obligation, a
 /// terminal summary, a ledger entry), not the row (issue 14's memory
 /// target). Shorter values — counters, index entries — stay in memory.
@@ -381,9 +385,10 @@ impl Src {
     }
 }
 
-/// A row's value: in memory, or where a synced log record or snapshot
-/// holds it (`len` bytes from `at`). A place is only ever made for bytes
-/// that were durable when it was made, and a file is removed only after
+/// A row's value: in memory, or where a log record or snapshot holds it
+/// (`len` bytes from `at`). A place a commit makes in its own record is
+/// read from the record until the record is synced, and taken back with
+/// the commit if it never is ([`LogTxn`]); a file is removed only after
 /// every place in it has moved to the snapshot that replaces it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Val {
@@ -392,14 +397,11 @@ enum Val {
 }
 
 impl Val {
-    /// A value read from `src` at `at`: a place if it is long enough.
-    fn read_from(src: Src, at: usize, v: &[u8]) -> Self {
+    /// Value `v`, which `src` holds (or its commit will write) at `at`: a
+    /// place if it is long enough, else the bytes.
+    fn read_from(src: Src, at: u64, v: &[u8]) -> Self {
         match u32::try_from(v.len()) {
-            Ok(len) if v.len() >= HELD_ON_DISK_FROM => Val::At {
-                src,
-                at: at as u64,
-                len,
-            },
+            Ok(len) if v.len() >= HELD_ON_DISK_FROM => Val::At { src, at, len },
             _ => Val::Mem(v.into()),
         }
     }
@@ -754,7 +756,7 @@ fn decode_snapshot(name: &str, gen: u64, b: &[u8]) -> Result<Vec<Rows>, StoreErr
         let t = table_of(ti).ok_or_else(|| bad(at, &format!("names table {ti}")))?;
         let k = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
         let v = c.bytes().ok_or_else(|| bad(at, "entry is truncated"))?;
-        let v = Val::read_from(Src::Snap(gen), c.at - v.len(), v);
+        let v = Val::read_from(Src::Snap(gen), (c.at - v.len()) as u64, v);
         tables[t.index()].insert(k.into(), v);
         count += 1;
     }
@@ -852,14 +854,7 @@ impl Txn for LogTxn<'_> {
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
         let (key, at) = push_op(self.rec, t, k, Some(v))?;
-        let val = match u32::try_from(v.len()) {
-            Ok(len) if v.len() >= HELD_ON_DISK_FROM => Val::At {
-                src: Src::Log(self.gen),
-                at: self.base + at as u64,
-                len,
-            },
-            _ => Val::Mem(v.into()),
-        };
+        let val = Val::read_from(Src::Log(self.gen), self.base + at as u64, v);
         let old = self.tables[t.index()].insert(k.into(), val);
         self.undo.push(Undo { t, key, old });
         Ok(())
@@ -923,8 +918,10 @@ fn repoint(
     gen: u64,
     disk: &dyn LogDisk,
 ) -> Result<(), StoreError> {
-    // After the magic, the layout version and the generation.
-    let mut c = Cursor { b: snap, at: 20 };
+    let mut c = Cursor {
+        b: snap,
+        at: SNAP_HEADER,
+    };
     let mut entry = snap_entry(&mut c);
     for t in Table::ALL {
         let tb = table_byte(t)?;
@@ -1314,7 +1311,7 @@ fn replay(name: &str, gen: u64, b: &[u8], tables: &mut [Rows]) -> Result<usize, 
     while at < b.len() {
         if let Some((ops, end)) = record_at(b, gen, at) {
             for (t, k, v) in ops {
-                let v = v.map(|(i, v)| Val::read_from(Src::Log(gen), at + HEADER + i, v));
+                let v = v.map(|(i, v)| Val::read_from(Src::Log(gen), (at + HEADER + i) as u64, v));
                 apply(tables, t, k, v);
             }
             at = end;
