@@ -167,10 +167,12 @@ fn run(plan: &Plan) {
     let offered_by = started.elapsed();
     killer.join().expect("killer thread");
     eprintln!(
-        "C-ND-1: offers confirmed after {offered_by:?} ({} custody, {} best-effort, {} \
-         already pending, {} already terminal; {} answers lost to kills); {} kills done",
+        "C-ND-1: offers confirmed after {offered_by:?} ({} custody, {} best-effort ({} of them \
+         not sent), {} already pending, {} already terminal; {} answers lost to kills); {} kills \
+         done",
         offered.count("custody"),
-        offered.count("best_effort"),
+        offered.count("best_effort") + offered.count("not_sent"),
+        offered.count("not_sent"),
         offered.count("already_pending"),
         offered.count("already_terminal"),
         offered.re_offered,

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use abhyasa_core::Timestamp;
 use process::relay::{relay_spawn, relay_status, via_relay};
-use process::{free_port, init, ok, pin, set_config, spawn, wait_for, Children, Control};
+use process::{
+    free_port, init, ok, pin, set_config, spawn, wait_for, wait_for_or, Children, Control,
+};
 use serde_json::{json, Value};
 
 const N: usize = 20;
@@ -90,6 +92,18 @@ fn c_tr_3_relay_killed_mid_hold_loses_nothing_receipted() {
     wait_for("alice's control socket", Duration::from_secs(20), || {
         Control::connect(&a).is_ok()
     });
+    // Offer only once alice's link to the relay is up. When it comes up
+    // alice asks the edge (through the relay) about whatever it holds;
+    // that status query is a spooled frame too, so with offers made before
+    // the link (the first dial can lose the race with the relay's start
+    // and wait out a backoff) the spool could hold the query beside all
+    // but one obligation, and the depth count below could not tell them
+    // apart. With nothing pending at link-up no query is sent.
+    wait_for("alice's link to the relay", Duration::from_secs(30), || {
+        call(&a, &json!({"op": "metrics"}))
+            .and_then(|v| v["result"]["peers_connected"].as_u64())
+            .is_some_and(|n| n >= 1)
+    });
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -108,10 +122,11 @@ fn c_tr_3_relay_killed_mid_hold_loses_nothing_receipted() {
         let v = call(&a, &json!({"op": "offer", "obligation": ob})).expect("offer answered");
         assert_eq!(v["ok"], true, "{v}");
     }
-    wait_for(
+    wait_for_or(
         "the relay to spool every frame",
         Duration::from_secs(30),
         || edge_depth(&r) == Some(N as u64),
+        || format!("relay status: {:?}", relay_status(&r)),
     );
 
     // Alice stops (its retries would refill the spool); the relay dies
@@ -136,13 +151,20 @@ fn c_tr_3_relay_killed_mid_hold_loses_nothing_receipted() {
     // The edge dials out, pulls everything from the relay alone and acks
     // (to the relay's spool: alice is down).
     procs.0.push(spawn(&e));
-    wait_for(
+    wait_for_or(
         "the edge to apply every obligation",
         Duration::from_secs(60),
         || {
             call(&e, &json!({"op": "metrics"}))
                 .and_then(|v| v["result"]["receiver_applied"].as_u64())
                 == Some(N as u64)
+        },
+        || {
+            format!(
+                "edge metrics: {:?}\nrelay status: {:?}",
+                call(&e, &json!({"op": "metrics"})),
+                relay_status(&r)
+            )
         },
     );
     // Alice comes back and discharges from the spooled acks.

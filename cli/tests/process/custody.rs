@@ -133,6 +133,16 @@ pub(crate) fn offer_all(
                                 confirmed.fetch_add(1, Ordering::SeqCst);
                                 break;
                             }
+                            Ok(v) if v["error"]["code"] == "not_sent" => {
+                                // A best-effort obligation whose one send
+                                // the transport refused (the target was
+                                // down or still reconnecting after a
+                                // kill): its terminal state is durable and
+                                // reported, which is its whole promise.
+                                modes.insert(i, "not_sent".to_string());
+                                confirmed.fetch_add(1, Ordering::SeqCst);
+                                break;
+                            }
                             Ok(v) => {
                                 // Only "the node is going away" is retryable.
                                 let code = v["error"]["code"].as_str().unwrap_or("");

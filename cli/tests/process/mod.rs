@@ -108,18 +108,38 @@ pub(crate) fn set_config(dir: &Path, key: &str, value: &str) {
 pub(crate) fn spawn(dir: &Path) -> Child {
     Command::new(BIN)
         .args(["node", "run", "--dir", dir.to_str().expect("utf-8 path")])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", node_log_level())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("node run starts")
 }
 
+/// The log level the spawned processes run at: `warn`, or what
+/// `ABHYASA_TEST_NODE_LOG` says (for instance `info` or
+/// `abhyasa=debug` when a process test needs diagnosing).
+pub(crate) fn node_log_level() -> String {
+    std::env::var("ABHYASA_TEST_NODE_LOG").unwrap_or_else(|_| "warn".to_string())
+}
+
 /// Polls `f` every 50 ms until it holds; panics after `timeout`.
-pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    wait_for_or(what, timeout, f, String::new);
+}
+
+/// As [`wait_for`], and on a timeout the panic message carries what
+/// `state` says about the processes at that moment.
+pub(crate) fn wait_for_or(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> bool,
+    state: impl FnOnce() -> String,
+) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        if start.elapsed() >= timeout {
+            panic!("timed out waiting for {what}\n{}", state());
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -14,7 +14,7 @@ use super::{abhyasa, BIN};
 pub(crate) fn relay_spawn(dir: &Path) -> Child {
     Command::new(BIN)
         .args(["relay", "run", "--dir", dir.to_str().expect("a UTF-8 path")])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", super::node_log_level())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
