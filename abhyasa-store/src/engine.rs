@@ -127,6 +127,12 @@ pub(crate) trait Txn {
     fn get(&mut self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError>;
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError>;
+    /// Whether `k` holds a value in this transaction. An engine that keeps
+    /// long values out of memory ([`crate::LogStore`]) answers from its
+    /// index, without reading the value back (issue 14).
+    fn contains(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.get(t, k)?.is_some())
+    }
     /// [`Txn::put`] of a key whose value in this transaction the caller
     /// has just read as `old`, with no write to it since: a layer that
     /// derives from the old row ([`crate::index::Indexed`]) takes it from
@@ -501,7 +507,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             // finds the terminal mark and changes nothing.
             let k = c.obligation_id.as_str().as_bytes();
             txn.del_pending(k, c.deadline_at.unix_micros())?;
-            if txn.get(Table::Terminal, k)?.is_none() {
+            if !txn.contains(Table::Terminal, k)? {
                 for w in &c.principal {
                     put_principal(txn, w)?;
                 }

@@ -294,7 +294,7 @@ impl<'a> Indexed<'a> {
                 None => Derived::default(),
             }),
             Table::Ledger => {
-                let intent = self.inner.get(Table::Intents, k)?.is_some();
+                let intent = self.inner.contains(Table::Intents, k)?;
                 Some(derive_ledger(k, v, intent)?)
             }
             Table::Intents => {
@@ -378,6 +378,10 @@ impl Txn for Indexed<'_> {
         self.inner.get(t, k)
     }
 
+    fn contains(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
+        self.inner.contains(t, k)
+    }
+
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
         if !derives(t) {
             // The log, effects, key sequences, the index itself: no old
@@ -444,7 +448,7 @@ impl Txn for Indexed<'_> {
             Table::Ledger => {
                 // Both sides of a ledger entry depend on the same intent,
                 // which this write does not touch: read it once.
-                let intent = self.inner.get(Table::Intents, k)?.is_some();
+                let intent = self.inner.contains(Table::Intents, k)?;
                 (
                     derive_ledger(k, old, intent)?,
                     derive_ledger_facts(k, Some(facts), intent),
@@ -467,14 +471,16 @@ impl Txn for Indexed<'_> {
 
     fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<(), StoreError> {
         const T: Table = Table::Pending;
-        if self.inner.get(T, k)?.is_none() {
+        // Whether the row is there, not what it says: the deadline gives
+        // its index entries (a pending row's obligation is a long value the
+        // log store would otherwise read back from disk).
+        if !self.inner.contains(T, k)? {
             return Ok(());
         }
         // A pending row is indexed under its deadline only while deferred.
         let deferred = self
             .inner
-            .get(Table::Index, &deferred_custody_key(deadline_at, k))?
-            .is_some();
+            .contains(Table::Index, &deferred_custody_key(deadline_at, k))?;
         let facts = Facts::Pending {
             deferred,
             deadline_at,
@@ -497,6 +503,18 @@ impl Txn for Indexed<'_> {
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
         if !derives(t) {
             return self.inner.del(t, k);
+        }
+        if t == Table::Intents {
+            // An intent's index entries depend on whether it is there,
+            // not on its bytes (a whole obligation, which the log store
+            // would read back from disk).
+            if !self.inner.contains(t, k)? {
+                return Ok(());
+            }
+            let before = self.entity(t, k, Some(&[]))?.unwrap_or_default();
+            self.inner.del(t, k)?;
+            let after = self.entity(t, k, None)?.unwrap_or_default();
+            return self.moved(before, after);
         }
         let Some(old) = self.inner.get(t, k)? else {
             return Ok(());

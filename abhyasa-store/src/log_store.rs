@@ -852,6 +852,11 @@ impl Txn for LogTxn<'_> {
         v.load(self.disk).map(|b| Some(b.into_owned()))
     }
 
+    fn contains(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
+        // The key's entry is enough: no read of a value held on disk.
+        Ok(self.tables[t.index()].contains_key(k))
+    }
+
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
         let (key, at) = push_op(self.rec, t, k, Some(v))?;
         let val = Val::read_from(Src::Log(self.gen), self.base + at as u64, v);
