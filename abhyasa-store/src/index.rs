@@ -504,19 +504,15 @@ impl Txn for Indexed<'_> {
         if !derives(t) {
             return self.inner.del(t, k);
         }
-        if t == Table::Intents {
+        let old = if t == Table::Intents {
             // An intent's index entries depend on whether it is there,
             // not on its bytes (a whole obligation, which the log store
-            // would read back from disk).
-            if !self.inner.contains(t, k)? {
-                return Ok(());
-            }
-            let before = self.entity(t, k, Some(&[]))?.unwrap_or_default();
-            self.inner.del(t, k)?;
-            let after = self.entity(t, k, None)?.unwrap_or_default();
-            return self.moved(before, after);
-        }
-        let Some(old) = self.inner.get(t, k)? else {
+            // would read back from disk): `entity` never looks at them.
+            self.inner.contains(t, k)?.then(Vec::new)
+        } else {
+            self.inner.get(t, k)?
+        };
+        let Some(old) = old else {
             return Ok(());
         };
         let before = self.entity(t, k, Some(&old))?;

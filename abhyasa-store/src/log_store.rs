@@ -32,9 +32,10 @@
 //!   until the commit is durable, and taken back with the commit's other
 //!   writes if it never is) — or in the snapshot, once a checkpoint has
 //!   put one in force — and read with one `pread` when asked for.
-//!   Whether a row exists is always answered from memory, so the commit
-//!   path reads the disk only for a long row it changes (a close reads
-//!   the pending row it removes). After a
+//!   Whether a row exists is always answered from memory
+//!   (`Txn::contains`), so the commit path reads the disk only for a long
+//!   row whose bytes it needs (a retry's attempt count rewrites the
+//!   pending row; a close only removes it). After a
 //!   restart the tables are rebuilt with full B-tree nodes. Per pending
 //!   obligation that is ~60 bytes beside the custodian's own state, not
 //!   the ~470 of holding every row (issue 14's memory target).
