@@ -34,7 +34,7 @@ use abhyasa_core::ObligationId;
 use abhyasa_pg::{PgOptions, PgStore, Takeover};
 use abhyasa_store::{StoreKind, StoreOptions};
 use postgres::{Client, NoTls};
-use process::{custody, free_port, init, pin, spawn, wait_for, Children, Control};
+use process::{custody, free_port, init, linked, pin, serving, spawn, wait_for, Children, Control};
 use serde_json::json;
 
 const LEASE_MS: u64 = 2_000;
@@ -135,27 +135,6 @@ fn owner_row(db: &mut Client, agent: &str) -> Option<(String, i64)> {
     )
     .unwrap()
     .map(|r| (r.get(0), r.get(1)))
-}
-
-fn serving(dir: &Path) {
-    wait_for("a node to serve", Duration::from_secs(30), || {
-        Control::connect(dir)
-            .and_then(|mut c| c.call(&json!({"op": "metrics"})))
-            .is_ok()
-    });
-}
-
-/// Serving and connected to bob: the first obligations offered are
-/// best-effort grants, sent once or refused `not_sent`, so the test offers
-/// only once the link is up (bob pins the partition without an address and
-/// waits to be dialled; the first dial may come before bob listens).
-fn linked(dir: &Path) {
-    serving(dir);
-    wait_for("a node to reach bob", Duration::from_secs(30), || {
-        Control::connect(dir)
-            .and_then(|mut c| c.call(&json!({"op": "metrics"})))
-            .is_ok_and(|v| v["result"]["peers_connected"].as_u64() >= Some(1))
-    });
 }
 
 fn pending(dir: &Path) -> Option<usize> {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use abhyasa_core::Timestamp;
 use process::relay::{relay_spawn, relay_status, via_relay};
 use process::{
-    free_port, init, ok, pin, set_config, spawn, wait_for, wait_for_or, Children, Control,
+    free_port, init, linked, ok, pin, set_config, spawn, wait_for, wait_for_or, Children, Control,
 };
 use serde_json::{json, Value};
 
@@ -99,11 +99,7 @@ fn c_tr_3_relay_killed_mid_hold_loses_nothing_receipted() {
     // and wait out a backoff) the spool could hold the query beside all
     // but one obligation, and the depth count below could not tell them
     // apart. With nothing pending at link-up no query is sent.
-    wait_for("alice's link to the relay", Duration::from_secs(30), || {
-        call(&a, &json!({"op": "metrics"}))
-            .and_then(|v| v["result"]["peers_connected"].as_u64())
-            .is_some_and(|n| n >= 1)
-    });
+    linked(&a);
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

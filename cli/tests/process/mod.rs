@@ -122,6 +122,30 @@ pub(crate) fn node_log_level() -> String {
     std::env::var("ABHYASA_TEST_NODE_LOG").unwrap_or_else(|_| "warn".to_string())
 }
 
+/// Waits until the node in `dir` answers on its control socket.
+pub(crate) fn serving(dir: &Path) {
+    wait_for("a node to serve", Duration::from_secs(30), || {
+        Control::connect(dir)
+            .and_then(|mut c| c.call(&serde_json::json!({"op": "metrics"})))
+            .is_ok()
+    });
+}
+
+/// Serving and connected to at least one peer. A test offers only once
+/// the link is up when what it counts depends on it: a best-effort
+/// obligation is sent once or refused `not_sent`, and a node asks its
+/// peers about whatever it holds when a link comes up (a status query, a
+/// frame a relay spools too). The first dial may come before the peer
+/// listens and wait out a backoff.
+pub(crate) fn linked(dir: &Path) {
+    serving(dir);
+    wait_for("a node to reach a peer", Duration::from_secs(30), || {
+        Control::connect(dir)
+            .and_then(|mut c| c.call(&serde_json::json!({"op": "metrics"})))
+            .is_ok_and(|v| v["result"]["peers_connected"].as_u64() >= Some(1))
+    });
+}
+
 /// Polls `f` every 50 ms until it holds; panics after `timeout`.
 pub(crate) fn wait_for(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
     wait_for_or(what, timeout, f, String::new);
