@@ -55,6 +55,15 @@ struct Args {
     /// Obligations per saturation run.
     #[arg(long, default_value_t = 50_000)]
     count: usize,
+    /// Custody obligations run through a throwaway pair before anything is
+    /// measured (0: none). A node that has been running has its heap:
+    /// without this the first run pays for faulting in and zeroing every
+    /// page the nodes grow into (~6% of its CPU in `clear_page` alone,
+    /// perf), and the runs after it do not — the brokers of
+    /// `benches/peers` are long-running processes, warm from their first
+    /// round on. The warm-up's own rate is reported as `custody_cold_per_s`.
+    #[arg(long, default_value_t = 50_000)]
+    warmup: usize,
     /// Concurrent callers of `offer` at saturation.
     #[arg(long, default_value_t = 512)]
     concurrency: usize,
@@ -79,6 +88,9 @@ struct Figures {
     store: String,
     count: usize,
     custody_per_s: f64,
+    /// The warm-up's custody rate (a fresh process's first run), or NaN
+    /// without one.
+    custody_cold_per_s: f64,
     best_effort_per_s: f64,
     custody_overhead: f64,
     /// CPU time of the whole process (both nodes, QUIC, the callers)
@@ -182,6 +194,12 @@ fn print(f: &Figures) {
         "  custody mode      {:>10.0} obligations/s",
         f.custody_per_s
     );
+    if !f.custody_cold_per_s.is_nan() {
+        println!(
+            "  custody, cold     {:>10.0} obligations/s  (the warm-up: a fresh process's first run)",
+            f.custody_cold_per_s
+        );
+    }
     println!(
         "  best-effort mode  {:>10.0} obligations/s  ({} of {} applied)",
         f.best_effort_per_s, f.best_effort_applied, f.count
@@ -347,6 +365,25 @@ async fn wait_until(
 async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let n = args.count;
 
+    // Warm-up: a custody run on a pair of its own, then shut down, so the
+    // measured pairs below start on a warm heap (see `Args::warmup`).
+    let custody_cold_per_s = if args.warmup > 0 {
+        let p = Arc::new(pair(&kind).await?);
+        let base = p.alice.metrics().await?.applied;
+        let t0 = Instant::now();
+        offer_all(&p, "warm", args.warmup, args.concurrency, -0.1).await?;
+        let target = base + args.warmup as u64;
+        wait_until("warm-up applications", async || {
+            Ok(p.alice.metrics().await?.applied >= target)
+        })
+        .await?;
+        let rate = args.warmup as f64 / t0.elapsed().as_secs_f64();
+        shutdown(p).await?;
+        rate
+    } else {
+        f64::NAN
+    };
+
     // Custody saturation.
     let p = Arc::new(pair(&kind).await?);
     let base = p.alice.metrics().await?.applied;
@@ -452,6 +489,7 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
         store: kind.name().to_string(),
         count: n,
         custody_per_s: n as f64 / custody_s,
+        custody_cold_per_s,
         best_effort_per_s: be_applied as f64 / be_s,
         custody_overhead: (be_applied as f64 / be_s) / (n as f64 / custody_s),
         custody_cpu_us,
