@@ -62,8 +62,9 @@ struct Args {
     /// perf), and the runs after it do not — the brokers of
     /// `benches/peers` are long-running processes, warm from their first
     /// round on. The warm-up's own rate is reported as `custody_cold_per_s`.
-    #[arg(long, default_value_t = 50_000)]
-    warmup: usize,
+    /// Default: `--count`.
+    #[arg(long)]
+    warmup: Option<usize>,
     /// Concurrent callers of `offer` at saturation.
     #[arg(long, default_value_t = 512)]
     concurrency: usize,
@@ -367,17 +368,18 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
 
     // Warm-up: a custody run on a pair of its own, then shut down, so the
     // measured pairs below start on a warm heap (see `Args::warmup`).
-    let custody_cold_per_s = if args.warmup > 0 {
+    let warmup = args.warmup.unwrap_or(n);
+    let custody_cold_per_s = if warmup > 0 {
         let p = Arc::new(pair(&kind).await?);
         let base = p.alice.metrics().await?.applied;
         let t0 = Instant::now();
-        offer_all(&p, "warm", args.warmup, args.concurrency, -0.1).await?;
-        let target = base + args.warmup as u64;
+        offer_all(&p, "warm", warmup, args.concurrency, -0.1).await?;
+        let target = base + warmup as u64;
         wait_until("warm-up applications", async || {
             Ok(p.alice.metrics().await?.applied >= target)
         })
         .await?;
-        let rate = args.warmup as f64 / t0.elapsed().as_secs_f64();
+        let rate = warmup as f64 / t0.elapsed().as_secs_f64();
         shutdown(p).await?;
         rate
     } else {
