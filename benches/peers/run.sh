@@ -111,4 +111,10 @@ for s, label in names.items():
     print(f"| {label} | {m:,.0f} [{spread(s,'per_s')}] | {ab_c/m:.2f} | "
           f"{med(s,'p50_ms'):.2f} / {med(s,'p99_ms'):.2f} |")
 print(f"\ncustody overhead (best-effort ÷ custody): {ab_b/ab_c:.2f}")
+cold = [r["custody_cold_per_s"] for r in rows
+        if r["system"] == "abhyasa" and r.get("custody_cold_per_s") is not None]
+if cold:
+    print(f"Abhyasa custody measured after a warm-up run of the same size (the brokers run "
+          f"warm from their first round); the warm-up itself, a fresh process's first run: "
+          f"{statistics.median(cold):,.0f}/s [{min(cold):,.0f}–{max(cold):,.0f}]")
 EOF
