@@ -23,7 +23,11 @@
 //!   commit lands there. A commit's `fdatasync` then has only data to
 //!   write, not the file's new size as well. Recovery reads zeros after
 //!   the last commit as room; anything else there is the torn last
-//!   commit (cut off) or, in a log that later logs follow, damage.
+//!   commit (cut off) or, in a log that later logs follow, damage. The
+//!   store thread grows the log between commits when nothing waits
+//!   (`Store::idle`: less than half a step left), so a commit waits for
+//!   the zeros only when commits come too fast for the thread ever to be
+//!   idle, or one is larger than half a step.
 //! - **Keys in memory, long values on disk.** Every table lives in a
 //!   `BTreeMap` keyed by the row's key. A value shorter than 64 bytes
 //!   (counters, index entries) is held there; a longer one (a pending
@@ -1386,6 +1390,31 @@ impl Store for LogStore {
         }
         Ok(out)
     }
+
+    /// Grows the log ahead of the commits while nothing waits: when less
+    /// than half a step ([`LogOptions::preallocate_bytes`]) of synced
+    /// zeros is left, one more step. Under light load the commit that would have
+    /// crossed the end then finds the room there and does not wait for
+    /// the zeros to be written and synced (0.6–4 ms on the development
+    /// machine, strace); under saturation the thread is
+    /// rarely idle and commits grow the log as before. Reads are
+    /// unchanged (the zeros are past every commit). A failed write or
+    /// sync poisons the store as one in a commit does.
+    fn idle(&mut self) -> Result<(), StoreError> {
+        let step = self.options.preallocate_bytes;
+        let half = step / 2;
+        if step == 0 || self.poisoned.is_some() || self.log_room >= self.log_bytes + half {
+            return Ok(());
+        }
+        let name = log_name(self.gen);
+        self.make_room(&name, half).map_err(|e| {
+            self.poisoned = Some(format!("growing the log failed: {e}"));
+            StoreError::Io {
+                op: "grow the log",
+                source: e,
+            }
+        })
+    }
 }
 
 impl Repair for LogStore {
@@ -1656,6 +1685,56 @@ mod tests {
     fn put_meta(s: &mut LogStore, k: &[u8], len: usize) {
         s.transact(|t| t.put(Table::Meta, k, &vec![7; len]))
             .unwrap();
+    }
+
+    #[test]
+    fn idle_grows_the_log_ahead_so_commits_need_not() {
+        const STEP: u64 = 4096;
+        let options = LogOptions {
+            preallocate_bytes: STEP,
+            ..LogOptions::default()
+        };
+        let disk = MemDisk::default();
+        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        // With half a step of zeros or more ahead, idle writes nothing.
+        assert!(s.log_room >= s.log_bytes + STEP / 2);
+        let (bytes, grown) = (disk.bytes(), disk.files().growing_syncs);
+        s.idle().unwrap();
+        assert_eq!((disk.bytes(), disk.files().growing_syncs), (bytes, grown));
+
+        // Less than half a step left: idle grows the log by a step, synced.
+        let fill = |s: &LogStore| usize::try_from(s.log_room - s.log_bytes - STEP / 4).unwrap();
+        let n = fill(&s);
+        put_meta(&mut s, b"a", n);
+        assert!(s.log_room < s.log_bytes + STEP / 2);
+        let old_end = s.log_room;
+        s.idle().unwrap();
+        assert_eq!(disk.files().growing_syncs, grown + 1);
+        assert_eq!(s.log_room, old_end + STEP);
+        assert_eq!(log_len(&disk, &s) as u64, s.log_room);
+        // A commit past the old end finds the room: it grows nothing.
+        put_meta(&mut s, b"b", STEP as usize / 2);
+        assert!(s.log_bytes > old_end);
+        assert_eq!(disk.files().growing_syncs, grown + 1);
+
+        // Reopened: the same rows; the zeros are room.
+        let tables = rows_of(&s);
+        drop(s);
+        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        assert_eq!(rows_of(&s), tables);
+
+        // A growth that fails poisons the store, as a commit's does.
+        s.idle().unwrap();
+        let n = fill(&s);
+        put_meta(&mut s, b"c", n);
+        assert!(s.log_room < s.log_bytes + STEP / 2);
+        disk.files().fail_sync = true;
+        assert!(matches!(s.idle(), Err(StoreError::Io { .. })));
+        disk.files().fail_sync = false;
+        assert!(s.transact(|t| t.put(Table::Meta, b"d", b"1")).is_err());
+        let s = LogStore::open_on(disk.clone(), options).unwrap();
+        assert_eq!(rows_of(&s).len(), tables.len());
+        assert!(rows_of(&s)[Table::Meta.index()].contains_key(b"c".as_slice()));
     }
 
     #[test]

@@ -241,29 +241,49 @@ pub(crate) fn spawn(
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let handle = thread::Builder::new()
         .name("abhyasa-store".into())
-        .spawn(move || loop {
-            match rx.recv_timeout(HEALTH_EVERY) {
-                Ok(job) => {
-                    if !run_job(store.as_mut(), job, &done_tx, &log) {
-                        break;
+        .spawn(move || {
+            // A store error outside a commit stops the node as a failed
+            // commit would: reported as one, with no tokens.
+            let fail = |e| {
+                let _ = done_tx.send(CommitDone {
+                    custodian: None,
+                    receiver: None,
+                    records: 0,
+                    micros: 0,
+                    result: Err(e),
+                });
+            };
+            loop {
+                let next = match rx.try_recv() {
+                    Ok(job) => Ok(job),
+                    Err(std_mpsc::TryRecvError::Disconnected) => break,
+                    Err(std_mpsc::TryRecvError::Empty) => {
+                        // Nothing waits: the store's housekeeping (the log
+                        // store grows its log ahead), then wait.
+                        if let Err(e) = store.idle() {
+                            fail(e);
+                            break;
+                        }
+                        rx.recv_timeout(HEALTH_EVERY)
                     }
-                }
-                Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                    // Idle: a store that can no longer be written (its
-                    // lease was taken over) stops the node now, as a
-                    // failed commit would, rather than at the next offer.
-                    if let Err(e) = store.health() {
-                        let _ = done_tx.send(CommitDone {
-                            custodian: None,
-                            receiver: None,
-                            records: 0,
-                            micros: 0,
-                            result: Err(e),
-                        });
-                        break;
+                };
+                match next {
+                    Ok(job) => {
+                        if !run_job(store.as_mut(), job, &done_tx, &log) {
+                            break;
+                        }
                     }
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        // Idle: a store that can no longer be written (its
+                        // lease was taken over) stops the node now, as a
+                        // failed commit would, rather than at the next offer.
+                        if let Err(e) = store.health() {
+                            fail(e);
+                            break;
+                        }
+                    }
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 }
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
             }
         })?;
     Ok((StoreJobs::Thread(tx), done_rx, Some(handle)))

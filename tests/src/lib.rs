@@ -520,6 +520,9 @@ impl Store for Probed {
     fn health(&self) -> Result<(), StoreError> {
         self.inner.health()
     }
+    fn idle(&mut self) -> Result<(), StoreError> {
+        self.inner.idle()
+    }
 }
 
 /// A SimStore that outlives the node using it (restarts reopen it).

@@ -564,6 +564,16 @@ pub trait Store: Send {
     fn health(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// Housekeeping between commits: the store thread calls it whenever it
+    /// finds no job waiting, before it waits for the next one. It must not
+    /// change what any read returns, and should return at once when it has
+    /// nothing to do. An error stops the node just as a failed commit
+    /// does. The default does nothing; the log store grows its log ahead
+    /// here, so that under light load no commit waits for the zeros.
+    fn idle(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {
@@ -612,6 +622,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn health(&self) -> Result<(), StoreError> {
         (**self).health()
+    }
+    fn idle(&mut self) -> Result<(), StoreError> {
+        (**self).idle()
     }
 }
 
