@@ -1687,15 +1687,21 @@ mod tests {
             .unwrap();
     }
 
-    #[test]
-    fn idle_grows_the_log_ahead_so_commits_need_not() {
-        const STEP: u64 = 4096;
+    /// A store on a fresh disk whose log grows `step` bytes at a time.
+    fn growing_by(step: u64) -> (MemDisk, LogOptions, LogStore) {
         let options = LogOptions {
-            preallocate_bytes: STEP,
+            preallocate_bytes: step,
             ..LogOptions::default()
         };
         let disk = MemDisk::default();
-        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        let s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        (disk, options, s)
+    }
+
+    #[test]
+    fn idle_grows_the_log_ahead_so_commits_need_not() {
+        const STEP: u64 = 4096;
+        let (disk, options, mut s) = growing_by(STEP);
         // With half a step of zeros or more ahead, idle writes nothing.
         assert!(s.log_room >= s.log_bytes + STEP / 2);
         let (bytes, grown) = (disk.bytes(), disk.files().growing_syncs);
@@ -1740,12 +1746,7 @@ mod tests {
     #[test]
     fn commits_overwrite_zeros_the_log_already_has() {
         const STEP: u64 = 4096;
-        let options = LogOptions {
-            preallocate_bytes: STEP,
-            ..LogOptions::default()
-        };
-        let disk = MemDisk::default();
-        let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
+        let (disk, options, mut s) = growing_by(STEP);
         let grown = disk.files().growing_syncs;
         assert_eq!(log_len(&disk, &s), STEP as usize);
         // Commits that fit in the zeros leave the file's length alone:
