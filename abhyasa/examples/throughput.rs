@@ -363,6 +363,26 @@ async fn wait_until(
     Ok(())
 }
 
+/// Offers `count` custody obligations (ids `{prefix}-{i}`) and waits
+/// until alice has seen every one applied: the seconds that took and the
+/// process's CPU seconds over them.
+async fn custody_run(
+    p: &Arc<Pair>,
+    prefix: &'static str,
+    count: usize,
+    concurrency: usize,
+) -> Result<(f64, f64), BoxError> {
+    let base = p.alice.metrics().await?.applied;
+    let (t0, cpu0) = (Instant::now(), cpu_secs());
+    offer_all(p, prefix, count, concurrency, -0.1).await?;
+    let target = base + count as u64;
+    wait_until("custody applications", async || {
+        Ok(p.alice.metrics().await?.applied >= target)
+    })
+    .await?;
+    Ok((t0.elapsed().as_secs_f64(), cpu_secs() - cpu0))
+}
+
 async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let n = args.count;
 
@@ -371,33 +391,17 @@ async fn bench(kind: Backend, args: &Args) -> Result<Figures, BoxError> {
     let warmup = args.warmup.unwrap_or(n);
     let custody_cold_per_s = if warmup > 0 {
         let p = Arc::new(pair(&kind).await?);
-        let base = p.alice.metrics().await?.applied;
-        let t0 = Instant::now();
-        offer_all(&p, "warm", warmup, args.concurrency, -0.1).await?;
-        let target = base + warmup as u64;
-        wait_until("warm-up applications", async || {
-            Ok(p.alice.metrics().await?.applied >= target)
-        })
-        .await?;
-        let rate = warmup as f64 / t0.elapsed().as_secs_f64();
+        let (secs, _) = custody_run(&p, "warm", warmup, args.concurrency).await?;
         shutdown(p).await?;
-        rate
+        warmup as f64 / secs
     } else {
         f64::NAN
     };
 
     // Custody saturation.
     let p = Arc::new(pair(&kind).await?);
-    let base = p.alice.metrics().await?.applied;
-    let (t0, cpu0) = (Instant::now(), cpu_secs());
-    offer_all(&p, "cu", n, args.concurrency, -0.1).await?;
-    let target = base + n as u64;
-    wait_until("custody applications", async || {
-        Ok(p.alice.metrics().await?.applied >= target)
-    })
-    .await?;
-    let custody_s = t0.elapsed().as_secs_f64();
-    let custody_cpu_us = (cpu_secs() - cpu0) * 1e6 / n as f64;
+    let (custody_s, custody_cpu_s) = custody_run(&p, "cu", n, args.concurrency).await?;
+    let custody_cpu_us = custody_cpu_s * 1e6 / n as f64;
     let m = p.alice.metrics().await?;
     let b = p.bob.metrics().await?;
     let frames_unsent_alice = m.frames_unsent;
