@@ -19,6 +19,7 @@ pub mod model;
 pub mod mutations;
 pub mod polarity;
 pub mod principal;
+pub mod sharded;
 pub mod store;
 pub mod wire;
 
@@ -34,6 +35,8 @@ pub use wire::json;
 /// against SipHash (issue 14), custody cost 12.2 against 13.9 µs of CPU
 /// per obligation.
 pub type Map<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+
+pub use sharded::ShardedMap;
 
 // The README's Rust blocks run as doctests of this crate, so its library
 // example cannot drift from the API (issue 11 §6).

@@ -78,9 +78,9 @@ pub struct Custodian {
     principal: PrincipalState,
     // Boxed: a table slot is 2× its entry at most fills, and an entry
     // inline is ~170 bytes; boxed, each slot is 24.
-    pending: crate::Map<ObligationId, Box<Pending>>,
+    pending: crate::ShardedMap<ObligationId, Box<Pending>>,
     timers: BTreeSet<(Timestamp, ObligationId)>,
-    terminal: crate::Map<ObligationId, TerminalSummary>,
+    terminal: crate::ShardedMap<ObligationId, TerminalSummary>,
     outbox: Outbox<Transmit, CustodianEvent>,
     stats: CustodianStats,
 }
@@ -103,9 +103,9 @@ impl Custodian {
             config,
             registry,
             principal,
-            pending: crate::Map::default(),
+            pending: crate::ShardedMap::new(),
             timers: BTreeSet::new(),
-            terminal: crate::Map::default(),
+            terminal: crate::ShardedMap::new(),
             outbox: Outbox::default(),
             stats: CustodianStats::default(),
         }

@@ -100,10 +100,10 @@ struct Waiting {
 pub struct Receiver {
     config: ReceiverConfig,
     registry: PolarityRegistry,
-    ledger: crate::Map<LedgerKey, Entry>,
+    ledger: crate::ShardedMap<LedgerKey, Entry>,
     /// Ledger entries held per custodian (C-ND-5 quota).
     held: crate::Map<AgentId, usize>,
-    key_seq: crate::Map<GovernedKey, (Sequence, ObligationId)>,
+    key_seq: crate::ShardedMap<GovernedKey, (Sequence, ObligationId)>,
     effects: BTreeMap<String, EffectValue>,
     outbox: Outbox<Transmit, ReceiverEvent>,
     applications: u64,
@@ -129,9 +129,9 @@ impl Receiver {
         Self {
             config,
             registry,
-            ledger: crate::Map::default(),
+            ledger: crate::ShardedMap::new(),
             held: crate::Map::default(),
-            key_seq: crate::Map::default(),
+            key_seq: crate::ShardedMap::new(),
             effects: BTreeMap::new(),
             outbox: Outbox::default(),
             applications: 0,
