@@ -72,9 +72,35 @@ impl<K, V> Default for ShardedMap<K, V> {
 
 impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for ShardedMap<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.shards.iter().flat_map(|s| s.iter()))
-            .finish()
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<K, V> ShardedMap<K, V> {
+    /// Entries in all shards.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every entry, shard by shard (in no particular order, as a
+    /// `HashMap`'s).
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.shards.iter().flat_map(|s| s.iter())
+    }
+
+    /// Every key.
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Every value.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.iter().map(|(_, v)| v)
     }
 }
 
@@ -113,16 +139,6 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
             let s = self.shard_of(&k);
             self.shards[s].insert(k, v);
         }
-    }
-
-    /// Entries in all shards.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// No entries.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The value of `k`.
@@ -202,22 +218,6 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         for shard in self.shards.iter_mut() {
             shard.reserve(each);
         }
-    }
-
-    /// Every entry, shard by shard (in no particular order, as a
-    /// `HashMap`'s).
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.shards.iter().flat_map(|s| s.iter())
-    }
-
-    /// Every key.
-    pub fn keys(&self) -> impl Iterator<Item = &K> {
-        self.iter().map(|(k, _)| k)
-    }
-
-    /// Every value.
-    pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.iter().map(|(_, v)| v)
     }
 }
 
