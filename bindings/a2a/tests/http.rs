@@ -2,6 +2,9 @@
 //! HTTP) and a custodian node reaching a receiver only over HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::eventually;
 // Listening ports fixed before the listener binds (a peer's config names
 // them): ones the kernel hands no other socket meanwhile.
 use abhyasa_testkit::loopback_port;
@@ -193,16 +196,6 @@ async fn ack_sink() -> (String, Arc<Mutex<Vec<(Option<String>, Value)>>>) {
     let url = format!("http://{}/abhyasa/custody_ack", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     (url, got)
-}
-
-async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..300 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
 }
 
 // C-A2A-2: applied and declined settle synchronously: 200 + the ack; a
