@@ -26,12 +26,14 @@
 //! hash of the key that picks the shard is lost in the lookup's cache
 //! misses.
 //!
-//! Both the shard choice and every shard are keyed at random, as
-//! [`crate::Map`] is, so a peer choosing ids can neither collide them in
+//! The hash that picks the shard and the bucket is keyed at random, as
+//! [`crate::Map`]'s is, so a peer choosing ids can neither collide them in
 //! one shard's table nor pile them into one shard.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+
+use hashbrown::hash_table::{Entry, HashTable};
 
 /// How many maps a [`ShardedMap`] spreads its entries over. With 256 a
 /// shard of a 1,000,000-entry map holds ~4,000 entries, so its doubling
@@ -40,7 +42,7 @@ use std::hash::Hash;
 pub const SHARDS: usize = 256;
 
 /// Entries a [`ShardedMap`] holds in one map before it splits into
-/// [`SHARDS`]. Below it the map is one `HashMap` (a doubling moves at most
+/// [`SHARDS`]. Below it the map is one table (a doubling moves at most
 /// this many entries, well under a millisecond), so the many small maps
 /// of simulations and of the model checker, which clones whole state
 /// machines at every step, pay nothing for the shards: with 256 shards
@@ -50,21 +52,25 @@ pub const SPLIT_AT: usize = 2048;
 
 /// A hash map whose growth never moves more than one shard at a time (see
 /// the module docs). The subset of `HashMap`'s API the state machines use.
+///
+/// A key is hashed once per operation, with one keyed hasher: bits 32..40
+/// of the hash pick the shard, and the shard's table takes its bucket from
+/// the low bits and its tag from the top seven, so the three never
+/// overlap. (Hashing twice, once to pick a shard and once inside it, cost
+/// ~2% of the CPU of a best-effort obligation, issue 14.)
 #[derive(Clone)]
 pub struct ShardedMap<K, V> {
-    /// Picks the shard; keyed apart from the shards' own hasher, so the
-    /// entries of one shard still spread over its table.
-    select: ahash::RandomState,
-    /// One map until [`SPLIT_AT`] entries, then [`SHARDS`] (never back).
-    shards: Vec<crate::Map<K, V>>,
+    hasher: ahash::RandomState,
+    /// One table until [`SPLIT_AT`] entries, then [`SHARDS`] (never back).
+    shards: Vec<HashTable<(K, V)>>,
     len: usize,
 }
 
 impl<K, V> Default for ShardedMap<K, V> {
     fn default() -> Self {
         Self {
-            select: ahash::RandomState::new(),
-            shards: vec![crate::Map::default()],
+            hasher: ahash::RandomState::new(),
+            shards: vec![HashTable::new()],
             len: 0,
         }
     }
@@ -90,7 +96,9 @@ impl<K, V> ShardedMap<K, V> {
     /// Every entry, shard by shard (in no particular order, as a
     /// `HashMap`'s).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.shards.iter().flat_map(|s| s.iter())
+        self.shards
+            .iter()
+            .flat_map(|s| s.iter().map(|(k, v)| (k, v)))
     }
 
     /// Every key.
@@ -102,6 +110,19 @@ impl<K, V> ShardedMap<K, V> {
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.iter().map(|(_, v)| v)
     }
+
+    /// Whether the entries are spread over [`SHARDS`] maps yet.
+    pub fn is_split(&self) -> bool {
+        self.shards.len() > 1
+    }
+
+    /// The shard of a key whose hash is `h`.
+    fn shard(&self, h: u64) -> usize {
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        (h >> 32) as usize % SHARDS
+    }
 }
 
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
@@ -110,34 +131,28 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         Self::default()
     }
 
+    /// The shard `k` is (or would be) in.
+    #[cfg(test)]
     fn shard_of<Q: Hash + ?Sized>(&self, k: &Q) -> usize {
-        if self.shards.len() == 1 {
-            return 0;
-        }
-        // The high bits: the low ones are spread well too, but high bits
-        // stay independent of any modulus a future SHARDS picks.
-        (self.select.hash_one(k) >> 56) as usize % SHARDS
+        self.shard(self.hasher.hash_one(k))
     }
 
-    /// Whether the entries are spread over [`SHARDS`] maps yet.
-    pub fn is_split(&self) -> bool {
-        self.shards.len() > 1
-    }
-
-    /// From one map to [`SHARDS`], each keyed as the one was.
+    /// From one table to [`SHARDS`], each entry under the hash it had.
     fn split(&mut self) {
         if self.is_split() {
             return;
         }
         let one = std::mem::take(&mut self.shards);
-        let hasher = one.first().map(|m| m.hasher().clone()).unwrap_or_default();
         let each = (self.len / SHARDS + 1) * 2;
         self.shards = (0..SHARDS)
-            .map(|_| crate::Map::with_capacity_and_hasher(each, hasher.clone()))
+            .map(|_| HashTable::with_capacity(each))
             .collect();
-        for (k, v) in one.into_iter().flatten() {
-            let s = self.shard_of(&k);
-            self.shards[s].insert(k, v);
+        let hasher = &self.hasher;
+        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
+        for e in one.into_iter().flatten() {
+            let h = hasher.hash_one(&e.0);
+            let s = (h >> 32) as usize % SHARDS;
+            self.shards[s].insert_unique(h, e, rehash);
         }
     }
 
@@ -147,7 +162,10 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shards[self.shard_of(k)].get(k)
+        let h = self.hasher.hash_one(k);
+        self.shards[self.shard(h)]
+            .find(h, |(e, _)| e.borrow() == k)
+            .map(|(_, v)| v)
     }
 
     /// The value of `k`, to change.
@@ -156,8 +174,11 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let s = self.shard_of(k);
-        self.shards[s].get_mut(k)
+        let h = self.hasher.hash_one(k);
+        let s = self.shard(h);
+        self.shards[s]
+            .find_mut(h, |(e, _)| e.borrow() == k)
+            .map(|(_, v)| v)
     }
 
     /// Whether `k` has a value.
@@ -166,7 +187,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shards[self.shard_of(k)].contains_key(k)
+        self.get(k).is_some()
     }
 
     /// Sets `k` to `v`; the value it had, if any.
@@ -174,12 +195,17 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         if self.len >= SPLIT_AT {
             self.split();
         }
-        let s = self.shard_of(&k);
-        let old = self.shards[s].insert(k, v);
-        if old.is_none() {
-            self.len += 1;
+        let h = self.hasher.hash_one(&k);
+        let s = self.shard(h);
+        let hasher = &self.hasher;
+        match self.shards[s].entry(h, |(e, _)| *e == k, |e| hasher.hash_one(&e.0)) {
+            Entry::Occupied(mut o) => Some(std::mem::replace(&mut o.get_mut().1, v)),
+            Entry::Vacant(slot) => {
+                slot.insert((k, v));
+                self.len += 1;
+                None
+            }
         }
-        old
     }
 
     /// Removes `k`; the value it had, if any.
@@ -188,35 +214,41 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let s = self.shard_of(k);
-        let old = self.shards[s].remove(k);
-        if old.is_some() {
-            self.len -= 1;
-        }
-        old
+        let h = self.hasher.hash_one(k);
+        let s = self.shard(h);
+        let entry = self.shards[s]
+            .find_entry(h, |(e, _)| e.borrow() == k)
+            .ok()?;
+        let ((_, v), _) = entry.remove();
+        self.len -= 1;
+        Some(v)
     }
 
     /// Keeps the entries for which `keep` is true.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
         for shard in self.shards.iter_mut() {
-            shard.retain(&mut keep);
+            shard.retain(|(k, v)| keep(k, v));
         }
-        self.len = self.shards.iter().map(|s| s.len()).sum();
+        self.len = self.shards.iter().map(HashTable::len).sum();
     }
 
     /// Room for `additional` more entries, spread evenly over the shards
     /// (a recovery that knows its count allocates once).
     pub fn reserve(&mut self, additional: usize) {
+        let hasher = &self.hasher;
+        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
         if self.len + additional < SPLIT_AT {
             if let Some(one) = self.shards.first_mut() {
-                one.reserve(additional);
+                one.reserve(additional, rehash);
             }
             return;
         }
         self.split();
+        let hasher = &self.hasher;
+        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
         let each = additional.div_ceil(SHARDS);
         for shard in self.shards.iter_mut() {
-            shard.reserve(each);
+            shard.reserve(each, rehash);
         }
     }
 }
