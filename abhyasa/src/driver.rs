@@ -554,16 +554,28 @@ impl Driver {
         while let Some(t) = self.receiver.poll_transmit() {
             self.send(t);
         }
+        // Whether anyone listens, asked once per batch: a send takes the
+        // channel's lock even with no receiver (~1% of a best-effort
+        // obligation's CPU, issue 14). A subscriber that joins during the
+        // batch misses only events it could as well have missed by
+        // subscribing a moment later; anything it does after subscribing
+        // reaches this driver as a command, so its events come in a later
+        // batch, which sees it.
+        let listening = self.events.receiver_count() > 0;
         while let Some(e) = self.custodian.poll_event() {
             self.on_custodian_event(&e);
-            let _ = self.events.send(NodeEvent::Custodian(e));
+            if listening {
+                let _ = self.events.send(NodeEvent::Custodian(e));
+            }
         }
         while let Some(e) = self.receiver.poll_event() {
             if matches!(e, ReceiverEvent::Applied { .. }) {
                 self.metrics.receiver_applied += 1;
             }
             tracing::debug!(event = ?e, "receiver");
-            let _ = self.events.send(NodeEvent::Receiver(e));
+            if listening {
+                let _ = self.events.send(NodeEvent::Receiver(e));
+            }
         }
     }
 
@@ -839,10 +851,12 @@ impl Driver {
                     }
                 };
                 // Issue 13: an offer the custodian already knows is an
-                // idempotent repeat and concerns no renewal chain.
+                // idempotent repeat and concerns no renewal chain. (Asked
+                // only when it might concern one: two lookups the offer
+                // itself repeats.)
                 let known =
-                    self.custodian.is_pending(&id) || self.custodian.terminal(&id).is_some();
-                let admitted = if known {
+                    || self.custodian.is_pending(&id) || self.custodian.terminal(&id).is_some();
+                let admitted = if !self.renewals.may_concern(&obligation) || known() {
                     crate::leases::Admitted::none()
                 } else {
                     match self.renewals.admit(self.custodian.registry(), &obligation) {

@@ -216,6 +216,13 @@ impl Renewals {
         }
     }
 
+    /// Whether [`Renewals::admit`] could find `ob` concerns a renewal
+    /// chain: not while no chain is open and `ob` carries no lease. (The
+    /// common case, answered without classifying `ob`.)
+    pub(crate) fn may_concern(&self, ob: &Obligation) -> bool {
+        !self.chains.is_empty() || ob.payload().get(LEASE_FIELD).is_some()
+    }
+
     /// Looks at an obligation before it is offered. Refuses one that
     /// would arrive behind a renewal this node already sent: a sequenced
     /// obligation on a key with a live chain whose sequence is not newer
@@ -227,8 +234,7 @@ impl Renewals {
         registry: &PolarityRegistry,
         ob: &Obligation,
     ) -> Result<Admitted, crate::NodeError> {
-        let leased = ob.payload().get(LEASE_FIELD).is_some();
-        if self.chains.is_empty() && !leased {
+        if !self.may_concern(ob) {
             // The common path: no classification beyond the custodian's.
             return Ok(Admitted::none());
         }

@@ -64,19 +64,16 @@ impl Custodian {
             return AckDisposition::Ignored(IgnoredAck::Invalid);
         }
         let id = &ack.obligation_id;
-        let (target, digest) = if let Some(p) = self.pending.get(id) {
-            (p.obligation.target().clone(), p.obligation.digest())
-        } else if let Some(t) = self.terminal.get(id) {
-            (t.target.clone(), t.digest)
-        } else {
-            self.stats.acks_unknown += 1;
-            return AckDisposition::Ignored(IgnoredAck::Unknown);
+        // One lookup per map: an ack for an obligation whose custody has
+        // ended (every best-effort one's) is bound and handled on the
+        // terminal summary it finds there.
+        let Some(p) = self.pending.get(id) else {
+            return self.after_terminal(now, from, ack);
         };
-        if let Err(why) = self.bind(from, ack, &target, digest) {
+        let (target, digest) = (p.obligation.target().clone(), p.obligation.digest());
+        let binding = self.config.ack_binding;
+        if let Err(why) = bind(&mut self.stats, binding, from, ack, &target, digest) {
             return AckDisposition::Ignored(why);
-        }
-        if !self.pending.contains_key(id) {
-            return self.after_terminal(now, ack);
         }
         self.stats.acks_accepted += 1;
         match (ack.status, ack.reason) {
@@ -128,35 +125,22 @@ impl Custodian {
         }
     }
 
-    fn bind(
+    /// An ack for an obligation not pending: bound to its terminal summary
+    /// (or unknown), then a late ack or a duplicate.
+    fn after_terminal(
         &mut self,
+        now: Timestamp,
         from: &AgentId,
         ack: &CustodyAck,
-        target: &AgentId,
-        digest: Digest,
-    ) -> Result<(), IgnoredAck> {
-        if from != target || &ack.target != target {
-            self.stats.acks_wrong_receiver += 1;
-            return Err(IgnoredAck::WrongReceiver);
-        }
-        match ack.digest {
-            Some(d) if d == digest => Ok(()),
-            Some(_) => {
-                self.stats.acks_wrong_digest += 1;
-                Err(IgnoredAck::WrongDigest)
-            }
-            None if self.config.ack_binding == AckBinding::AllowMissingDigest => Ok(()),
-            None => {
-                self.stats.acks_missing_digest += 1;
-                Err(IgnoredAck::MissingDigest)
-            }
-        }
-    }
-
-    fn after_terminal(&mut self, now: Timestamp, ack: &CustodyAck) -> AckDisposition {
+    ) -> AckDisposition {
         let Some(t) = self.terminal.get_mut(&ack.obligation_id) else {
+            self.stats.acks_unknown += 1;
             return AckDisposition::Ignored(IgnoredAck::Unknown);
         };
+        let binding = self.config.ack_binding;
+        if let Err(why) = bind(&mut self.stats, binding, from, ack, &t.target, t.digest) {
+            return AckDisposition::Ignored(why);
+        }
         if t.state == TerminalState::Escalated && ack.status == AckStatus::Applied {
             if t.late_ack_recorded {
                 self.stats.acks_duplicate += 1;
@@ -271,6 +255,34 @@ impl Custodian {
     pub fn handle_status_reply(&mut self, now: Timestamp, from: &AgentId, reply: &StatusReply) {
         for ack in &reply.known {
             let _ = self.handle_ack(now, from, ack);
+        }
+    }
+}
+
+/// Whether `ack`, from the authenticated peer `from`, binds to an
+/// obligation for `target` with `digest` (C-TR-2); counts why not.
+fn bind(
+    stats: &mut super::CustodianStats,
+    binding: AckBinding,
+    from: &AgentId,
+    ack: &CustodyAck,
+    target: &AgentId,
+    digest: Digest,
+) -> Result<(), IgnoredAck> {
+    if from != target || &ack.target != target {
+        stats.acks_wrong_receiver += 1;
+        return Err(IgnoredAck::WrongReceiver);
+    }
+    match ack.digest {
+        Some(d) if d == digest => Ok(()),
+        Some(_) => {
+            stats.acks_wrong_digest += 1;
+            Err(IgnoredAck::WrongDigest)
+        }
+        None if binding == AckBinding::AllowMissingDigest => Ok(()),
+        None => {
+            stats.acks_missing_digest += 1;
+            Err(IgnoredAck::MissingDigest)
         }
     }
 }

@@ -81,11 +81,13 @@ impl Receiver {
         }
         let lkey = (from.clone(), id.clone());
         let mut previously_deferred = false;
-        let known = self
-            .ledger
+        // One lookup in each map (the ledger is the large one).
+        let entry = self.ledger.get(&lkey).cloned();
+        let waiting = self
+            .waiting
             .get(&lkey)
-            .map(|e| e.digest)
-            .or_else(|| self.waiting.get(&lkey).map(|w| w.obligation.digest()));
+            .map(|w| (w.obligation.digest(), w.ticket));
+        let known = entry.as_ref().map(|e| e.digest).or(waiting.map(|w| w.0));
         if let Some(existing) = known.filter(|d| *d != ob.digest()) {
             // AB-3: same id, other content: a protocol error, never a
             // duplicate and never a new obligation.
@@ -106,7 +108,7 @@ impl Receiver {
             });
             return Received::Conflict;
         }
-        if let Some(e) = self.ledger.get(&lkey).cloned() {
+        if let Some(e) = entry {
             match e.outcome {
                 LedgerOutcome::Applied
                 | LedgerOutcome::Declined
@@ -121,7 +123,7 @@ impl Receiver {
                 LedgerOutcome::Deferred => previously_deferred = true,
             }
         }
-        if let Some(ticket) = self.waiting.get(&lkey).map(|w| w.ticket) {
+        if let Some((_, ticket)) = waiting {
             if now.saturating_add(self.config.skew_margin) >= ob.deadline_at() {
                 // Never apply late, even if the decision is still coming.
                 self.expire(now, ticket);
