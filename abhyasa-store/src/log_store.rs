@@ -461,6 +461,9 @@ pub struct LogStore {
     /// commit's record runs to hundreds of KiB, and growing a fresh one
     /// each time costs reallocations, copies and page faults (issue 14).
     spare: Vec<u8>,
+    /// The last commit's undo list, emptied, kept for the next one as
+    /// `spare` is (one entry per write of a group commit).
+    spare_undo: Vec<Undo>,
 }
 
 /// Largest record buffer kept between commits; a rare larger commit's
@@ -1128,6 +1131,7 @@ impl LogStore {
             options,
             poisoned: None,
             spare: Vec::new(),
+            spare_undo: Vec::new(),
         };
         if logs.len() > 1 {
             // A checkpoint was interrupted. Write one whole now, so a node
@@ -1185,16 +1189,17 @@ impl LogStore {
         rec: &mut Vec<u8>,
         f: impl FnOnce(&mut LogTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let undo = std::mem::take(&mut self.spare_undo);
         let mut txn = LogTxn {
             tables: &mut self.tables,
             disk: self.disk.as_ref(),
             rec,
-            undo: Vec::new(),
+            undo,
             gen: self.gen,
             base: self.log_bytes,
         };
         let out = f(&mut txn);
-        let undo = txn.undo;
+        let mut undo = txn.undo;
         // The record, sealed, unless the transaction wrote nothing.
         let sealed = out.and_then(|out| {
             if rec.len() == HEADER {
@@ -1229,7 +1234,10 @@ impl LogStore {
                 source: e,
             });
         }
-        drop(undo);
+        undo.clear();
+        if undo.capacity() <= SPARE_MAX / std::mem::size_of::<Undo>() {
+            self.spare_undo = undo;
+        }
         self.log_bytes += rec.len() as u64;
         self.logged_since_snap += rec.len() as u64;
         // The commit is durable already: a failed checkpoint step does not
