@@ -369,12 +369,29 @@ async fn write_frames(
                 Err(_) => break,
             }
         }
-        if let Err(e) = send.write_all_chunks(&mut batch).await {
+        let mut chunk = [coalesce(&mut batch)];
+        if let Err(e) = send.write_all_chunks(&mut chunk).await {
             return e.to_string();
         }
-        batch.clear();
     }
     "send queue closed".into()
+}
+
+/// The frames of `batch` as one buffer (emptying `batch`). quinn keeps
+/// every chunk written to a stream as its own segment until the peer
+/// acknowledges it, and finds the bytes of each packet it sends by walking
+/// those segments from the oldest: with a frame per chunk that walk grows
+/// with the frames in flight (issue 14). One copy of a few hundred bytes
+/// per frame buys one segment per batch.
+fn coalesce(batch: &mut Vec<Bytes>) -> Bytes {
+    if batch.len() == 1 {
+        return batch.pop().unwrap_or_default();
+    }
+    let mut one = bytes::BytesMut::with_capacity(batch.iter().map(Bytes::len).sum());
+    for f in batch.drain(..) {
+        one.extend_from_slice(&f);
+    }
+    one.freeze()
 }
 
 async fn read_frames(
