@@ -99,6 +99,53 @@ fn sample_envelopes() -> Vec<Envelope> {
     ]
 }
 
+/// Names of five bytes for `names_stream`: valid ones, and text no id
+/// may hold (padded, a control character), each the length of a valid one
+/// so it can stand in for it in an encoded frame.
+const NAMES: [&str; 5] = ["alice", "carol", " alic", "al\u{1}ce", "alic "];
+/// Kinds of nineteen bytes, likewise.
+const KINDS: [&str; 3] = [
+    "phala.belief_update",
+    "other.kind_nineteen",
+    "phala.belief_updat ",
+];
+
+/// The frame of an obligation from `sender` to `target` of `kind` (indices
+/// into `NAMES` and `KINDS`), length prefix first. A name no id may hold
+/// is written over a valid one of its length in the encoded bytes.
+fn named_frame(sender: usize, target: usize, kind: usize, id: usize) -> Vec<u8> {
+    let valid = |i: usize, pool: &[&'static str]| if i < 2 { pool[i] } else { pool[0] };
+    let ob = Obligation::builder()
+        .id(format!("ob-{id}"))
+        .kind(valid(kind, &KINDS))
+        .target(valid(target, &NAMES))
+        .payload(json!({"weight_delta": -0.5}))
+        .deadline_seconds(600)
+        .max_retries(64)
+        .created_at(T)
+        .build()
+        .unwrap();
+    let mut body = Envelope::new(agent(valid(sender, &NAMES)), Message::Obligation(ob)).encode();
+    // Field by field in encoding order: the sender comes first, then the
+    // obligation's kind and target, so each replacement finds its own.
+    let mut put = |from: &str, to: &str| {
+        if from != to {
+            let at = body
+                .windows(from.len())
+                .position(|w| w == from.as_bytes())
+                .unwrap();
+            body[at..at + to.len()].copy_from_slice(to.as_bytes());
+        }
+    };
+    put(valid(sender, &NAMES), NAMES[sender]);
+    put(valid(kind, &KINDS), KINDS[kind]);
+    put(valid(target, &NAMES), NAMES[target]);
+    let mut frame = Vec::new();
+    prost::encoding::encode_varint(body.len() as u64, &mut frame);
+    frame.extend_from_slice(&body);
+    frame
+}
+
 /// An edit to a valid encoding.
 #[derive(Clone, Debug)]
 enum Mutation {
@@ -420,6 +467,33 @@ proptest! {
         prop_assert_eq!(&whole, &split);
         let ok: Vec<Envelope> = whole.into_iter().map(Result::unwrap).collect();
         prop_assert_eq!(ok, envs);
+    }
+
+    // A stream's decoder reuses the names its frames repeat (issue 14):
+    // every frame still decodes to exactly what it decodes to alone —
+    // the same envelope or the same error — whatever names came before
+    // it, valid or not.
+    #[test]
+    fn c_t_6_frame_decoder_names_reused_decode_as_alone(
+        frames in prop::collection::vec((0..NAMES.len(), 0..NAMES.len(), 0..KINDS.len()), 1..12),
+    ) {
+        let frames: Vec<Vec<u8>> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, t, k))| named_frame(s, t, k, i))
+            .collect();
+        let alone: Vec<Result<Envelope, PeerError>> = frames
+            .iter()
+            .map(|f| {
+                let mut body = &f[..];
+                let n = prost::encoding::decode_varint(&mut body).unwrap();
+                prop_assert_eq!(n as usize, body.len());
+                Ok(Envelope::decode(body))
+            })
+            .collect::<Result<_, TestCaseError>>()?;
+        let stream = frames.concat();
+        let together = run_frames(&stream, &[], abhyasa_core::wire::DEFAULT_MAX_FRAME)?;
+        prop_assert_eq!(together, alone);
     }
 
     // C-T-6: JSON obligations: typed error or an obligation that

@@ -6,6 +6,7 @@ use bytes::{Buf, BytesMut};
 use prost::Message as _;
 
 use super::message::Envelope;
+use super::protobuf::Names;
 use crate::error::PeerError;
 
 /// Default maximum frame size (1 MiB).
@@ -29,6 +30,8 @@ impl Envelope {
 pub struct FrameDecoder {
     max_frame: usize,
     skipping: usize,
+    /// Names earlier frames gave, reused while they repeat.
+    names: Names,
 }
 
 impl Default for FrameDecoder {
@@ -43,6 +46,7 @@ impl FrameDecoder {
         Self {
             max_frame,
             skipping: 0,
+            names: Names::default(),
         }
     }
 
@@ -88,6 +92,6 @@ impl FrameDecoder {
         }
         buf.advance(prefix);
         let frame = buf.split_to(len);
-        Some(Envelope::decode(&frame))
+        Some(Envelope::decode_with(&frame, &mut self.names))
     }
 }

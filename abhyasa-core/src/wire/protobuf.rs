@@ -280,13 +280,52 @@ impl<'a> ObligationFields<'a> {
 }
 
 fn obligation_from_pb(p: ObligationFields<'_>) -> Result<Obligation, PeerError> {
+    obligation_from_pb_with(p, &mut Names::default())
+}
+
+/// The names one stream's frames repeat — its sender, and the target and
+/// kind of its obligations — kept from the last frame that named them:
+/// one that names the same again gets the same id (a reference count, not
+/// a new allocation and another validation of the same text; issue 14).
+/// A name is reused only for the exact text it was validated from.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Names {
+    sender: Option<AgentId>,
+    target: Option<AgentId>,
+    kind: Option<Kind>,
+}
+
+impl Names {
+    fn agent(slot: &mut Option<AgentId>, field: &str, s: &str) -> Result<AgentId, FieldError> {
+        if let Some(a) = slot.as_ref().filter(|a| a.as_str() == s) {
+            return Ok(a.clone());
+        }
+        let a = AgentId::parse_field(field, s)?;
+        *slot = Some(a.clone());
+        Ok(a)
+    }
+
+    fn kind(&mut self, s: &str) -> Result<Kind, FieldError> {
+        if let Some(k) = self.kind.as_ref().filter(|k| k.as_str() == s) {
+            return Ok(k.clone());
+        }
+        let k = Kind::parse_field("kind", s)?;
+        self.kind = Some(k.clone());
+        Ok(k)
+    }
+}
+
+fn obligation_from_pb_with(
+    p: ObligationFields<'_>,
+    names: &mut Names,
+) -> Result<Obligation, PeerError> {
     let payload = Payload::from_json_bytes(p.payload_json)?;
     // Validated straight from the decoded strings (no copy into the
     // builder first), in the builder's order.
     let mut b = Obligation::builder()
         .with_id(ObligationId::parse_field("obligation_id", p.obligation_id)?)
-        .with_kind(Kind::parse_field("kind", p.kind)?)
-        .with_target(AgentId::parse_field("target", p.target)?)
+        .with_kind(names.kind(p.kind)?)
+        .with_target(Names::agent(&mut names.target, "target", p.target)?)
         .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
         .max_retries(i64::from(p.max_retries))
         .created_at(Timestamp::from_unix_micros(p.created_at_micros));
@@ -492,10 +531,16 @@ impl Envelope {
 
     /// Decodes an envelope (no length prefix).
     pub fn decode(bytes: &[u8]) -> Result<Envelope, PeerError> {
+        Self::decode_with(bytes, &mut Names::default())
+    }
+
+    /// [`Envelope::decode`], reusing the names `names` holds from earlier
+    /// frames of the same stream (a [`super::FrameDecoder`]'s).
+    pub(crate) fn decode_with(bytes: &[u8], names: &mut Names) -> Result<Envelope, PeerError> {
         if let Some((version, sender, ob)) = obligation_frame(bytes) {
             check_version(version)?;
-            let sender = AgentId::parse_field("sender", sender)?;
-            let message = Message::Obligation(obligation_from_pb(ob)?);
+            let sender = Names::agent(&mut names.sender, "sender", sender)?;
+            let message = Message::Obligation(obligation_from_pb_with(ob, names)?);
             return Ok(Envelope { sender, message });
         }
         Self::decode_prost(bytes)
