@@ -10,7 +10,8 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::principal::{AuthorizationEntry, DecisionItem, PrincipalWrite};
 use abhyasa_core::store::{
-    past_retention, Committed, Compacted, DurableState, EventId, LogEvent, StoreError, StoredEvent,
+    past_retention, Committed, Compacted, DurableState, EventId, LogEvent, LogEventRef, StoreError,
+    StoredEvent,
 };
 use abhyasa_core::{AgentId, Digest, Escalation, GovernedKey, ObligationId, Sequence, Timestamp};
 
@@ -642,7 +643,7 @@ fn commit_records(
     let mut log = Vec::new();
     for r in batches.iter().flat_map(|b| b.iter()) {
         apply(txn, event, r)?;
-        log.push(LogEvent::of(r));
+        log.push(LogEventRef::borrowed(r));
         event += 1;
         records += 1;
     }

@@ -99,40 +99,46 @@ impl fmt::Display for EventId {
 }
 
 /// What one committed record did, as the event log remembers it.
+///
+/// Generic over how it holds its ids only so that [`LogEventRef`], the
+/// same event borrowing them from its record, is the same type: a commit
+/// encodes its events without copying an id (each copy is an atomic write
+/// to a cache line the driver that made the record is using; issue 14),
+/// and what it writes is what a `LogEvent` reads back, by construction.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum LogEvent {
+pub enum LogEvent<O = ObligationId, A = AgentId> {
     /// Custody opened (or an idempotent re-offer of the same obligation).
     CustodyOpened {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
         /// Its target.
-        target: AgentId,
+        target: A,
         /// Its absolute deadline.
         deadline_at: Timestamp,
     },
     /// A retry was counted.
     AttemptMade {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
         /// Attempts made including this one.
         attempts: u32,
     },
     /// The receiver answered `deferred` (first time).
     DeferralSeen {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
     },
     /// Custody ended.
     CustodyClosed {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
         /// How.
         state: TerminalState,
     },
     /// A best-effort send.
     BestEffortSent {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
     },
     /// Principal decisions or resolutions.
     Principal {
@@ -142,70 +148,137 @@ pub enum LogEvent {
     /// A late ack recorded for reconciliation.
     LateAck {
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
         /// Its status.
         status: AckStatus,
     },
     /// A receiver ledger entry.
     Ledger {
         /// The custodian.
-        custodian: AgentId,
+        custodian: A,
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
         /// The verdict.
         outcome: LedgerOutcome,
     },
     /// An external-effect intent.
     Intent {
         /// The custodian.
-        custodian: AgentId,
+        custodian: A,
         /// The obligation.
-        obligation_id: ObligationId,
+        obligation_id: O,
     },
 }
+
+/// A [`LogEvent`] borrowing its ids from the record it describes.
+pub type LogEventRef<'a> = LogEvent<&'a ObligationId, &'a AgentId>;
 
 impl LogEvent {
     /// The event a record appends to the log.
     pub fn of(record: &Record) -> Self {
+        LogEventRef::borrowed(record).into_owned()
+    }
+}
+
+impl<'a> LogEventRef<'a> {
+    /// The event `record` appends to the log, borrowing its ids.
+    pub fn borrowed(record: &'a Record) -> Self {
         match record {
-            Record::CustodyOpened { pending, .. } => Self::CustodyOpened {
-                obligation_id: pending.obligation.id().clone(),
-                target: pending.obligation.target().clone(),
+            Record::CustodyOpened { pending, .. } => LogEvent::CustodyOpened {
+                obligation_id: pending.obligation.id(),
+                target: pending.obligation.target(),
                 deadline_at: pending.obligation.deadline_at(),
             },
             Record::AttemptMade {
                 obligation_id,
                 attempts,
                 ..
-            } => Self::AttemptMade {
-                obligation_id: obligation_id.clone(),
+            } => LogEvent::AttemptMade {
+                obligation_id,
                 attempts: *attempts,
             },
-            Record::DeferralSeen { obligation_id } => Self::DeferralSeen {
-                obligation_id: obligation_id.clone(),
-            },
-            Record::CustodyClosed(c) => Self::CustodyClosed {
-                obligation_id: c.obligation_id.clone(),
+            Record::DeferralSeen { obligation_id } => LogEvent::DeferralSeen { obligation_id },
+            Record::CustodyClosed(c) => LogEvent::CustodyClosed {
+                obligation_id: &c.obligation_id,
                 state: c.outcome.state(),
             },
-            Record::BestEffortSent { summary, .. } => Self::BestEffortSent {
-                obligation_id: summary.obligation_id.clone(),
+            Record::BestEffortSent { summary, .. } => LogEvent::BestEffortSent {
+                obligation_id: &summary.obligation_id,
             },
-            Record::Principal { writes, .. } => Self::Principal {
+            Record::Principal { writes, .. } => LogEvent::Principal {
                 writes: u32::try_from(writes.len()).unwrap_or(u32::MAX),
             },
-            Record::LateAck(r) => Self::LateAck {
-                obligation_id: r.obligation_id.clone(),
+            Record::LateAck(r) => LogEvent::LateAck {
+                obligation_id: &r.obligation_id,
                 status: r.status,
             },
-            Record::Ledger(l) => Self::Ledger {
-                custodian: l.custodian.clone(),
-                obligation_id: l.obligation_id.clone(),
+            Record::Ledger(l) => LogEvent::Ledger {
+                custodian: &l.custodian,
+                obligation_id: &l.obligation_id,
                 outcome: l.outcome,
             },
-            Record::Intent(i) => Self::Intent {
-                custodian: i.custodian.clone(),
-                obligation_id: i.obligation.id().clone(),
+            Record::Intent(i) => LogEvent::Intent {
+                custodian: &i.custodian,
+                obligation_id: i.obligation.id(),
+            },
+        }
+    }
+
+    /// The same event holding its own ids.
+    pub fn into_owned(self) -> LogEvent {
+        match self {
+            LogEvent::CustodyOpened {
+                obligation_id,
+                target,
+                deadline_at,
+            } => LogEvent::CustodyOpened {
+                obligation_id: obligation_id.clone(),
+                target: target.clone(),
+                deadline_at,
+            },
+            LogEvent::AttemptMade {
+                obligation_id,
+                attempts,
+            } => LogEvent::AttemptMade {
+                obligation_id: obligation_id.clone(),
+                attempts,
+            },
+            LogEvent::DeferralSeen { obligation_id } => LogEvent::DeferralSeen {
+                obligation_id: obligation_id.clone(),
+            },
+            LogEvent::CustodyClosed {
+                obligation_id,
+                state,
+            } => LogEvent::CustodyClosed {
+                obligation_id: obligation_id.clone(),
+                state,
+            },
+            LogEvent::BestEffortSent { obligation_id } => LogEvent::BestEffortSent {
+                obligation_id: obligation_id.clone(),
+            },
+            LogEvent::Principal { writes } => LogEvent::Principal { writes },
+            LogEvent::LateAck {
+                obligation_id,
+                status,
+            } => LogEvent::LateAck {
+                obligation_id: obligation_id.clone(),
+                status,
+            },
+            LogEvent::Ledger {
+                custodian,
+                obligation_id,
+                outcome,
+            } => LogEvent::Ledger {
+                custodian: custodian.clone(),
+                obligation_id: obligation_id.clone(),
+                outcome,
+            },
+            LogEvent::Intent {
+                custodian,
+                obligation_id,
+            } => LogEvent::Intent {
+                custodian: custodian.clone(),
+                obligation_id: obligation_id.clone(),
             },
         }
     }
