@@ -30,6 +30,8 @@ use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 const STATUS_QUERY_CHUNK: usize = 512;
 /// Full outcomes kept for callers that ask after the transfer ended.
 const RECENT_OUTCOMES: usize = 65_536;
+/// Most peer ids `Driver::own_peer_id` keeps copies of.
+const PEER_IDS_MAX: usize = 4096;
 /// Outcome waiters tolerated before the first sweep of abandoned ones.
 const OUTCOME_WAITERS_FLOOR: usize = 1024;
 
@@ -131,6 +133,8 @@ pub(crate) struct Driver {
     /// bytes, so `offer` pushes back before a send queue overflows.
     unreleased: Unreleased,
     recent: Map<ObligationId, Outcome>,
+    /// This driver's own copy of each peer's id (see `own_peer_id`).
+    peer_ids: Map<AgentId, AgentId>,
     recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
     /// Rate limit of warnings a peer can cause (malformed or foreign
@@ -186,6 +190,7 @@ impl Driver {
             refused_best_effort: Map::default(),
             unreleased: Unreleased::default(),
             recent: Map::default(),
+            peer_ids: Map::default(),
             recent_order: VecDeque::new(),
             metrics: MetricsSnapshot::default(),
             peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
@@ -466,6 +471,9 @@ impl Driver {
 
     fn on_committed(&mut self, d: CommitDone) -> Result<(), NodeError> {
         self.in_flight = false;
+        // The committed records, dropped here on the thread that made them
+        // (see `CommitDone::spent`).
+        drop(d.spent);
         if let Err(e) = d.result {
             // Nothing that depends on this batch was released; stop rather
             // than run without durability.
@@ -687,7 +695,13 @@ impl Driver {
             }
         }
         // A caller may ask after the transfer ended (on a fast link, even
-        // before `offer` returned to it): keep the full outcome a while.
+        // before `offer` returned to it): keep the full outcome a while —
+        // unless the terminal summary already says all of it (a
+        // best-effort send that went out), which `WaitOutcome` reads
+        // instead (issue 14: an insert and an eviction per obligation).
+        if outcome == summary_outcome(id.clone(), outcome.state) {
+            return;
+        }
         if self.recent.insert(id.clone(), outcome).is_none() {
             self.recent_order.push_back(id);
             if self.recent_order.len() > RECENT_OUTCOMES {
@@ -696,6 +710,28 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// This driver's own copy of `peer`, the id its link gave a frame.
+    /// The link's copy is shared with the link's reader and writer
+    /// threads, and a frame's handling clones its sender's id into ledger
+    /// keys, records, acks and events: every clone and drop of a shared
+    /// copy is an atomic write to a cache line those threads use too
+    /// (issue 14). The copies are few (one per peer that sent a frame)
+    /// and dropped all at once past `PEER_IDS_MAX`.
+    fn own_peer_id(&mut self, peer: AgentId) -> AgentId {
+        if let Some(own) = self.peer_ids.get(&peer) {
+            return own.clone();
+        }
+        if self.peer_ids.len() >= PEER_IDS_MAX {
+            self.peer_ids.clear();
+        }
+        // A fresh copy of text already validated.
+        let Ok(own) = AgentId::new(peer.as_str()) else {
+            return peer;
+        };
+        self.peer_ids.insert(own.clone(), own.clone());
+        own
     }
 
     fn answer_offer(&mut self, id: &ObligationId, offered: Offered) {
@@ -719,6 +755,7 @@ impl Driver {
         match i {
             Incoming::Frame { peer, envelope } => {
                 self.metrics.frames_in += 1;
+                let peer = self.own_peer_id(peer);
                 self.on_message(now, &peer, envelope.message);
             }
             Incoming::Malformed { peer, error } => {
@@ -904,13 +941,7 @@ impl Driver {
                 } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
                     self.add_outcome_waiter(id, reply);
                 } else if let Some(t) = self.custodian.terminal(&id) {
-                    let o = Outcome {
-                        obligation_id: id,
-                        state: t.state,
-                        attempts: (t.state == TerminalState::BestEffort).then_some(1),
-                        reason: None,
-                        escalation: None,
-                    };
+                    let o = summary_outcome(id, t.state);
                     // Only a durable terminal state is reported (C-ND-2),
                     // in full if its close was the commit waited for.
                     self.after_commit(Box::new(move |d: &Driver| {
@@ -1250,5 +1281,19 @@ async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending::<()>().await,
+    }
+}
+
+/// The outcome a terminal summary in state `state` tells on its own: the
+/// state, and the one attempt of a best-effort send. What an event adds
+/// to it (attempts under custody, a reason, an escalation) is kept in
+/// `Driver::recent` for a while.
+fn summary_outcome(obligation_id: ObligationId, state: TerminalState) -> Outcome {
+    Outcome {
+        obligation_id,
+        state,
+        attempts: (state == TerminalState::BestEffort).then_some(1),
+        reason: None,
+        escalation: None,
     }
 }

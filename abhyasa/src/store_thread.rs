@@ -64,6 +64,11 @@ pub(crate) struct CommitDone {
     pub(crate) custodian: Option<CommitToken>,
     pub(crate) receiver: Option<CommitToken>,
     pub(crate) records: usize,
+    /// The job, handed back: its records are dropped by the driver that
+    /// made them, not here. Their ids are the driver's, and a drop here
+    /// is an atomic write to a cache line the driver is using, and a free
+    /// into another thread's heap (issue 14).
+    pub(crate) spent: Option<CommitJob>,
     pub(crate) micros: u64,
     pub(crate) result: Result<(), StoreError>,
 }
@@ -186,11 +191,14 @@ fn run_job(
             let result = store.commit(c.now, &slices).map(|committed| {
                 log.committed(c.now, &slices, &committed);
             });
+            let micros = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+            drop(slices);
             let done = CommitDone {
                 custodian: c.custodian.as_ref().map(|(_, t)| *t),
                 receiver: c.receiver.as_ref().map(|(_, t)| *t),
                 records,
-                micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+                spent: Some(c),
+                micros,
                 result,
             };
             done_tx.send(done).is_ok()
@@ -249,6 +257,7 @@ pub(crate) fn spawn(
                     custodian: None,
                     receiver: None,
                     records: 0,
+                    spent: None,
                     micros: 0,
                     result: Err(e),
                 });

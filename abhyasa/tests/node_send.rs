@@ -219,3 +219,31 @@ async fn c_nd_4_backpressure_reaches_offer_before_the_queue_overflows() {
     ));
     stuck.guard.close().await;
 }
+
+// A best-effort obligation whose one send went out ends `best_effort`
+// after one attempt, and its outcome says so in full whenever it is asked
+// (the node answers it from the terminal summary, not a copy of the
+// event: issue 14).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sent_best_effort_outcome_is_one_attempt() {
+    let base = Duration::from_millis(50);
+    let (net, alice) = alone("alice", base).await;
+    // Bob is reachable (his end of the link stays up); no node behind it.
+    let _bob = net.join(agent("bob"), LinkConfig::default()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !alice.is_connected(&agent("bob")) {
+        assert!(std::time::Instant::now() < deadline, "no link to bob");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ob = consent(&alice, "grant-2", "bob", "grant", base);
+    assert_eq!(alice.offer(ob.clone()).await.unwrap(), Offered::BestEffort);
+    for _ in 0..2 {
+        let out = alice.outcome(ob.id()).await.unwrap();
+        assert_eq!(out.obligation_id, *ob.id());
+        assert_eq!(out.state, TerminalState::BestEffort);
+        assert_eq!(out.attempts, Some(1));
+        assert_eq!((out.reason, out.escalation), (None, None));
+    }
+    let m = alice.metrics().await.unwrap();
+    assert_eq!((m.best_effort_refused, m.frames_out), (0, 1));
+}

@@ -33,10 +33,21 @@ impl Receiver {
     }
 
     pub(super) fn insert_entry(&mut self, key: LedgerKey, e: Entry) {
-        let custodian = key.0.clone();
-        if self.ledger.insert(key, e).is_none() {
-            *self.held.entry(custodian).or_insert(0) += 1;
+        if let Some(entry) = self.ledger.get_mut(&key) {
+            *entry = e;
+            return;
         }
+        // Counted before the key moves into the ledger, without a clone of
+        // the custodian's id but for its first entry: the id is shared
+        // with the threads that read and write its frames, and every clone
+        // and drop of it is an atomic write to one cache line (issue 14).
+        match self.held.get_mut(&key.0) {
+            Some(n) => *n += 1,
+            None => {
+                self.held.insert(key.0.clone(), 1);
+            }
+        }
+        self.ledger.insert(key, e);
     }
 
     pub(super) fn ack(
