@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use abhyasa_core::custody::{
-    EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, PendingRecord, TerminalState,
-    TerminalSummary,
+    ClosedRecord, EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, PendingRecord,
+    TerminalState, TerminalSummary,
 };
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::store::StoreError;
@@ -602,6 +602,21 @@ impl<'a> TerminalRow<'a> {
             deadline_at: t.deadline_at.unix_micros(),
             closed_at: t.closed_at.unix_micros(),
             late_ack_recorded: t.late_ack_recorded,
+            escalation,
+            reconciliation: None,
+        }
+    }
+
+    /// The row a close writes: the summary `TerminalSummary` would hold,
+    /// read from the close record itself (no copy of its ids).
+    pub(crate) fn closed(c: &'a ClosedRecord, escalation: Option<u64>) -> Self {
+        Self {
+            digest: c.digest.0,
+            target: c.target.as_str(),
+            state: c.outcome.state(),
+            deadline_at: c.deadline_at.unix_micros(),
+            closed_at: c.closed_at.unix_micros(),
+            late_ack_recorded: false,
             escalation,
             reconciliation: None,
         }

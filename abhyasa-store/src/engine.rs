@@ -520,16 +520,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                     }
                     None => None,
                 };
-                let summary = TerminalSummary {
-                    obligation_id: c.obligation_id.clone(),
-                    digest: c.digest,
-                    target: c.target.clone(),
-                    state: c.outcome.state(),
-                    deadline_at: c.deadline_at,
-                    closed_at: c.closed_at,
-                    late_ack_recorded: false,
-                };
-                let row = TerminalRow::of(&summary, escalation);
+                let row = TerminalRow::closed(c, escalation);
                 let v = to_bytes("custody_terminal", k, &row)?;
                 txn.put_known(Table::Terminal, k, None, &v, Facts::terminal(&row))?;
             }
