@@ -38,9 +38,6 @@ pub use event::{CustodianEvent, CustodianStats, Offered};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{
     ClosedRecord, CustodianSnapshot, CustodyOutcome, PendingRecord, Record, TerminalSummary,
@@ -86,13 +83,22 @@ pub struct Custodian {
 }
 
 /// The `u` in `[0, 1)` that jitters attempt `attempt` of the obligation with
-/// digest `digest`: a counter-based draw from ChaCha8 seeded by the config
-/// seed and the digest, so the schedule is a pure function of (seed,
-/// obligation, attempt) and survives restarts unchanged.
+/// digest `digest`: a counter-based draw keyed by the config seed and the
+/// digest, so the schedule is a pure function of (seed, obligation,
+/// attempt) and survives restarts unchanged. Two rounds of SplitMix64's
+/// finalizer (one over the seed and the digest, one adding the attempt):
+/// a few nanoseconds, where seeding a ChaCha8 generator per draw cost ~1%
+/// of a custody transfer's CPU (issue 14: no RNG seeded per retry).
 fn jitter_draw(seed: u64, digest: &Digest, attempt: u32) -> f64 {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ digest.prefix_u64());
-    rng.set_word_pos(u128::from(attempt) * 2);
-    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+    let keyed = mix((seed ^ digest.prefix_u64()).wrapping_add(GOLDEN));
+    let z = mix(keyed.wrapping_add(u64::from(attempt).wrapping_mul(GOLDEN)));
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl Custodian {
@@ -498,5 +504,40 @@ fn pending_record(p: &Pending) -> PendingRecord {
         next_at: p.next_at,
         deferred: p.deferred,
         offered_at: p.offered_at,
+    }
+}
+
+#[cfg(test)]
+mod jitter_tests {
+    use super::*;
+
+    /// The draws spread over `[0, 1)`: evenly across ten bins, for many
+    /// obligations and for the attempts of one, and a draw is a function
+    /// of (seed, digest, attempt) alone.
+    #[test]
+    fn jitter_draws_are_uniform_and_reproducible() {
+        let digest = |i: u64| {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&i.wrapping_mul(0x2545_F491_4F6C_DD1D).to_be_bytes());
+            Digest(d)
+        };
+        let mut by_obligation = [0u32; 10];
+        let mut by_attempt = [0u32; 10];
+        for i in 0..20_000u64 {
+            let u = jitter_draw(7, &digest(i), 1);
+            let v = jitter_draw(7, &digest(1), i as u32);
+            assert!((0.0..1.0).contains(&u) && (0.0..1.0).contains(&v));
+            by_obligation[(u * 10.0) as usize] += 1;
+            by_attempt[(v * 10.0) as usize] += 1;
+        }
+        // 2,000 expected per bin; a binomial spread stays well inside.
+        for bins in [by_obligation, by_attempt] {
+            assert!(
+                bins.iter().all(|&n| (1_800..2_200).contains(&n)),
+                "{bins:?}"
+            );
+        }
+        assert_eq!(jitter_draw(7, &digest(3), 2), jitter_draw(7, &digest(3), 2));
+        assert_ne!(jitter_draw(7, &digest(3), 2), jitter_draw(8, &digest(3), 2));
     }
 }
