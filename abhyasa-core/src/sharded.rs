@@ -147,12 +147,10 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         self.shards = (0..SHARDS)
             .map(|_| HashTable::with_capacity(each))
             .collect();
-        let hasher = &self.hasher;
-        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
         for e in one.into_iter().flatten() {
-            let h = hasher.hash_one(&e.0);
-            let s = (h >> 32) as usize % SHARDS;
-            self.shards[s].insert_unique(h, e, rehash);
+            let h = self.hasher.hash_one(&e.0);
+            let s = self.shard(h);
+            self.shards[s].insert_unique(h, e, entry_hash(&self.hasher));
         }
     }
 
@@ -197,8 +195,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         }
         let h = self.hasher.hash_one(&k);
         let s = self.shard(h);
-        let hasher = &self.hasher;
-        match self.shards[s].entry(h, |(e, _)| *e == k, |e| hasher.hash_one(&e.0)) {
+        match self.shards[s].entry(h, |(e, _)| *e == k, entry_hash(&self.hasher)) {
             Entry::Occupied(mut o) => Some(std::mem::replace(&mut o.get_mut().1, v)),
             Entry::Vacant(slot) => {
                 slot.insert((k, v));
@@ -235,22 +232,24 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// Room for `additional` more entries, spread evenly over the shards
     /// (a recovery that knows its count allocates once).
     pub fn reserve(&mut self, additional: usize) {
-        let hasher = &self.hasher;
-        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
         if self.len + additional < SPLIT_AT {
             if let Some(one) = self.shards.first_mut() {
-                one.reserve(additional, rehash);
+                one.reserve(additional, entry_hash(&self.hasher));
             }
             return;
         }
         self.split();
-        let hasher = &self.hasher;
-        let rehash = |e: &(K, V)| hasher.hash_one(&e.0);
         let each = additional.div_ceil(SHARDS);
         for shard in self.shards.iter_mut() {
-            shard.reserve(each, rehash);
+            shard.reserve(each, entry_hash(&self.hasher));
         }
     }
+}
+
+/// The hash a table moves an entry under when it grows: its key's, as the
+/// entry was placed.
+fn entry_hash<K: Hash, V>(hasher: &ahash::RandomState) -> impl Fn(&(K, V)) -> u64 + '_ {
+    move |e| hasher.hash_one(&e.0)
 }
 
 impl<K: Hash + Eq, V> FromIterator<(K, V)> for ShardedMap<K, V> {

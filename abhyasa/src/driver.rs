@@ -133,9 +133,9 @@ pub(crate) struct Driver {
     /// bytes, so `offer` pushes back before a send queue overflows.
     unreleased: Unreleased,
     recent: Map<ObligationId, Outcome>,
+    recent_order: VecDeque<ObligationId>,
     /// This driver's own copy of each peer's id (see `own_peer_id`).
     peer_ids: Map<AgentId, AgentId>,
-    recent_order: VecDeque<ObligationId>,
     metrics: MetricsSnapshot,
     /// Rate limit of warnings a peer can cause (malformed or foreign
     /// frames, ignored acks, error frames): a hostile or broken peer must
@@ -190,8 +190,8 @@ impl Driver {
             refused_best_effort: Map::default(),
             unreleased: Unreleased::default(),
             recent: Map::default(),
-            peer_ids: Map::default(),
             recent_order: VecDeque::new(),
+            peer_ids: Map::default(),
             metrics: MetricsSnapshot::default(),
             peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
             max_batch_inputs,

@@ -296,22 +296,20 @@ pub(crate) struct Names {
 }
 
 impl Names {
-    fn agent(slot: &mut Option<AgentId>, field: &str, s: &str) -> Result<AgentId, FieldError> {
-        if let Some(a) = slot.as_ref().filter(|a| a.as_str() == s) {
-            return Ok(a.clone());
+    /// The id `slot` holds if it was validated from `s`, else `s` parsed
+    /// (and kept in `slot` for the next frame).
+    fn reuse<T: Clone>(
+        slot: &mut Option<T>,
+        s: &str,
+        text: fn(&T) -> &str,
+        parse: impl FnOnce(&str) -> Result<T, FieldError>,
+    ) -> Result<T, FieldError> {
+        if let Some(id) = slot.as_ref().filter(|id| text(id) == s) {
+            return Ok(id.clone());
         }
-        let a = AgentId::parse_field(field, s)?;
-        *slot = Some(a.clone());
-        Ok(a)
-    }
-
-    fn kind(&mut self, s: &str) -> Result<Kind, FieldError> {
-        if let Some(k) = self.kind.as_ref().filter(|k| k.as_str() == s) {
-            return Ok(k.clone());
-        }
-        let k = Kind::parse_field("kind", s)?;
-        self.kind = Some(k.clone());
-        Ok(k)
+        let id = parse(s)?;
+        *slot = Some(id.clone());
+        Ok(id)
     }
 }
 
@@ -324,8 +322,15 @@ fn obligation_from_pb_with(
     // builder first), in the builder's order.
     let mut b = Obligation::builder()
         .with_id(ObligationId::parse_field("obligation_id", p.obligation_id)?)
-        .with_kind(names.kind(p.kind)?)
-        .with_target(Names::agent(&mut names.target, "target", p.target)?)
+        .with_kind(Names::reuse(&mut names.kind, p.kind, Kind::as_str, |s| {
+            Kind::parse_field("kind", s)
+        })?)
+        .with_target(Names::reuse(
+            &mut names.target,
+            p.target,
+            AgentId::as_str,
+            |s| AgentId::parse_field("target", s),
+        )?)
         .deadline_seconds(i64::try_from(p.deadline_seconds).unwrap_or(i64::MAX))
         .max_retries(i64::from(p.max_retries))
         .created_at(Timestamp::from_unix_micros(p.created_at_micros));
@@ -539,7 +544,9 @@ impl Envelope {
     pub(crate) fn decode_with(bytes: &[u8], names: &mut Names) -> Result<Envelope, PeerError> {
         if let Some((version, sender, ob)) = obligation_frame(bytes) {
             check_version(version)?;
-            let sender = Names::agent(&mut names.sender, "sender", sender)?;
+            let sender = Names::reuse(&mut names.sender, sender, AgentId::as_str, |s| {
+                AgentId::parse_field("sender", s)
+            })?;
             let message = Message::Obligation(obligation_from_pb_with(ob, names)?);
             return Ok(Envelope { sender, message });
         }
