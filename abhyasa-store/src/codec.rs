@@ -580,7 +580,8 @@ impl<'a> PendingRow<'a> {
 }
 
 /// A finished transfer, keyed by obligation id, with the log positions of
-/// its escalation and reconciliation items (compacted together).
+/// its escalation and reconciliation items (compacted together). Stored
+/// by [`TerminalRow::encode`]: the postcard fields, then the attempts.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct TerminalRow<'a> {
     pub(crate) digest: [u8; 32],
@@ -591,6 +592,9 @@ pub(crate) struct TerminalRow<'a> {
     pub(crate) late_ack_recorded: bool,
     pub(crate) escalation: Option<u64>,
     pub(crate) reconciliation: Option<u64>,
+    /// Written after the postcard fields (see [`TerminalRow::encode`]).
+    #[serde(skip)]
+    attempts: u32,
 }
 
 impl<'a> TerminalRow<'a> {
@@ -604,6 +608,7 @@ impl<'a> TerminalRow<'a> {
             late_ack_recorded: t.late_ack_recorded,
             escalation,
             reconciliation: None,
+            attempts: t.attempts,
         }
     }
 
@@ -619,7 +624,39 @@ impl<'a> TerminalRow<'a> {
             late_ack_recorded: false,
             escalation,
             reconciliation: None,
+            attempts: c.attempts,
         }
+    }
+
+    /// Encodes the row: its postcard fields, then the attempts as a
+    /// postcard varint. Rows written before the count was kept end after
+    /// the fields ([`TerminalRow::decode`] reads them as 0, unknown); a
+    /// build that predates the count reads a new row's fields and ignores
+    /// the rest.
+    pub(crate) fn encode(&self, table: &'static str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let v = to_bytes(table, key, self)?;
+        postcard::to_extend(&self.attempts, v)
+            .map_err(|e| corrupt(table, key, format!("cannot encode: {e}")))
+    }
+
+    /// Decodes a row [`TerminalRow::encode`] wrote, or one without the
+    /// attempts (0).
+    pub(crate) fn decode(table: &'static str, key: &[u8], b: &'a [u8]) -> Result<Self, StoreError> {
+        let (mut row, rest): (Self, &[u8]) =
+            postcard::take_from_bytes(b).map_err(|e| corrupt(table, key, e))?;
+        if !rest.is_empty() {
+            let (attempts, rest): (u32, &[u8]) = postcard::take_from_bytes(rest)
+                .map_err(|e| corrupt(table, key, format!("attempts: {e}")))?;
+            if !rest.is_empty() {
+                return Err(corrupt(
+                    table,
+                    key,
+                    format!("{} stray bytes after the row", rest.len()),
+                ));
+            }
+            row.attempts = attempts;
+        }
+        Ok(row)
     }
 
     /// How the transfer ended.
@@ -640,6 +677,7 @@ impl<'a> TerminalRow<'a> {
             deadline_at: Timestamp::from_unix_micros(self.deadline_at),
             closed_at: Timestamp::from_unix_micros(self.closed_at),
             late_ack_recorded: self.late_ack_recorded,
+            attempts: self.attempts,
         })
     }
 }
@@ -1253,6 +1291,84 @@ mod tests {
                         .read_back(&want.obligation, T, &k)
                         .is_ok_and(|back| back == *want);
                     prop_assert_eq!(cheap, full, "{:?}", want);
+                }
+            }
+        }
+    }
+
+    mod terminal_rows {
+        //! A terminal row keeps every field of its summary, attempts
+        //! included; a row stored before the attempts were kept reads
+        //! with 0 (unknown); anything after the attempts is refused; no
+        //! bytes make the decoder panic.
+        use super::*;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        fn summary() -> impl Strategy<Value = TerminalSummary> {
+            (
+                "[a-z0-9-]{1,12}",
+                any::<[u8; 32]>(),
+                "[a-z0-9.]{1,12}",
+                select(vec![
+                    TerminalState::Applied,
+                    TerminalState::Declined,
+                    TerminalState::Escalated,
+                    TerminalState::BestEffort,
+                ]),
+                (any::<i64>(), any::<i64>(), any::<bool>(), any::<u32>()),
+            )
+                .prop_map(
+                    |(id, digest, target, state, (dl, closed, late, attempts))| TerminalSummary {
+                        obligation_id: ObligationId::new(id).unwrap(),
+                        digest: Digest(digest),
+                        target: AgentId::new(target).unwrap(),
+                        state,
+                        deadline_at: Timestamp::from_unix_micros(dl),
+                        closed_at: Timestamp::from_unix_micros(closed),
+                        late_ack_recorded: late,
+                        attempts,
+                    },
+                )
+        }
+
+        const T: &str = "custody_terminal";
+
+        proptest! {
+            #[test]
+            fn a_terminal_row_round_trips_with_its_attempts(
+                t in summary(),
+                escalation in proptest::option::of(any::<u64>()),
+                tail in proptest::collection::vec(any::<u8>(), 1..6),
+            ) {
+                let k = t.obligation_id.as_str().as_bytes().to_vec();
+                let row = TerminalRow::of(&t, escalation);
+                let bytes = row.encode(T, &k).unwrap();
+                let back = TerminalRow::decode(T, &k, &bytes).unwrap();
+                prop_assert_eq!(back.escalation, escalation);
+                prop_assert_eq!(back.build(T, &k).unwrap(), t.clone());
+
+                // A row as stored before the count: the fields alone.
+                let old = to_bytes(T, &k, &row).unwrap();
+                let back = TerminalRow::decode(T, &k, &old).unwrap().build(T, &k).unwrap();
+                prop_assert_eq!(back, TerminalSummary { attempts: 0, ..t.clone() });
+
+                // Stray bytes after the attempts are damage.
+                let mut longer = bytes.clone();
+                longer.extend_from_slice(&tail);
+                let refused = matches!(
+                    TerminalRow::decode(T, &k, &longer),
+                    Err(StoreError::Corrupt { .. })
+                );
+                prop_assert!(refused, "{} stray bytes were read", tail.len());
+            }
+
+            #[test]
+            fn a_terminal_row_decoder_never_panics(
+                b in proptest::collection::vec(any::<u8>(), 0..120),
+            ) {
+                if let Ok(row) = TerminalRow::decode(T, b"k", &b) {
+                    let _ = row.build(T, b"k");
                 }
             }
         }

@@ -378,7 +378,7 @@ fn held_digest(txn: &mut dyn Txn, id: &ObligationId) -> Result<Option<Digest>, S
     }
     if let Some(b) = txn.get(Table::Terminal, k)? {
         return Ok(Some(Digest(
-            from_bytes::<TerminalRow>("custody_terminal", k, &b)?.digest,
+            TerminalRow::decode("custody_terminal", k, &b)?.digest,
         )));
     }
     Ok(None)
@@ -521,7 +521,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                     None => None,
                 };
                 let row = TerminalRow::closed(c, escalation);
-                let v = to_bytes("custody_terminal", k, &row)?;
+                let v = row.encode("custody_terminal", k)?;
                 txn.put_known(Table::Terminal, k, None, &v, Facts::terminal(&row))?;
             }
         }
@@ -529,7 +529,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             if offer_is_new(txn, &summary.obligation_id, summary.digest)? {
                 let k = summary.obligation_id.as_str().as_bytes();
                 let row = TerminalRow::of(summary, None);
-                let v = to_bytes("custody_terminal", k, &row)?;
+                let v = row.encode("custody_terminal", k)?;
                 txn.put_known(Table::Terminal, k, None, &v, Facts::terminal(&row))?;
                 for w in principal {
                     put_principal(txn, w)?;
@@ -545,7 +545,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             const T: &str = "custody_terminal";
             let k = rec.obligation_id.as_str().as_bytes();
             if let Some(b) = txn.get(Table::Terminal, k)? {
-                let mut row: TerminalRow = from_bytes(T, k, &b)?;
+                let mut row = TerminalRow::decode(T, k, &b)?;
                 if !row.late_ack_recorded {
                     row.late_ack_recorded = true;
                     row.reconciliation = Some(event);
@@ -555,7 +555,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
                         &rk,
                         &to_bytes("reconciliations", &rk, rec)?,
                     )?;
-                    txn.put_over(Table::Terminal, k, Some(&b), &to_bytes(T, k, &row)?)?;
+                    txn.put_over(Table::Terminal, k, Some(&b), &row.encode(T, k)?)?;
                 }
             }
         }
@@ -672,7 +672,7 @@ fn decode_row(t: Table, k: &[u8], b: &[u8], seen: &mut Shared) -> Result<Row, St
     let name = t.name();
     Ok(match t {
         Table::Pending => Row::Pending(PendingRow::load_shared(name, k, b, seen)?),
-        Table::Terminal => Row::Terminal(from_bytes::<TerminalRow>(name, k, b)?.build(name, k)?),
+        Table::Terminal => Row::Terminal(TerminalRow::decode(name, k, b)?.build(name, k)?),
         Table::Principal => Row::Principal(read_principal(k, b)?),
         Table::Escalations => Row::Escalation(from_json::<Escalation>(name, k, b)?),
         Table::Reconciliations => Row::Reconciliation(from_bytes::<Reconciliation>(name, k, b)?),
@@ -964,7 +964,7 @@ pub(crate) fn plan_compaction(
     let mut dels = Vec::new();
     let mut out = Compacted::default();
     v.scan(Table::Terminal, &[], &mut |k, b| {
-        let row: TerminalRow = from_bytes("custody_terminal", k, b)?;
+        let row = TerminalRow::decode("custody_terminal", k, b)?;
         if past_retention(Timestamp::from_unix_micros(row.deadline_at), now, retention) {
             dels.push((Table::Terminal, k.to_vec()));
             out.terminal += 1;

@@ -176,7 +176,7 @@ impl Facts {
             Table::Pending => Some(Facts::pending(
                 &PendingRow::decode("custody_pending", k, v)?.0,
             )),
-            Table::Terminal => Some(Facts::terminal(&from_bytes::<TerminalRow>(
+            Table::Terminal => Some(Facts::terminal(&TerminalRow::decode(
                 "custody_terminal",
                 k,
                 v,

@@ -2,16 +2,14 @@
 //! [`crate::index`]: each reads at most one page of rows (plus one to know
 //! whether another page exists), never every record (issue 11 §5).
 
-use abhyasa_core::custody::{PendingRecord, TerminalSummary};
+use abhyasa_core::custody::PendingRecord;
 use abhyasa_core::principal::{DecisionItem, PrincipalWrite};
 use abhyasa_core::store::{
     page_limit, EscalationEntry, EventId, Inbox, ListState, Listed, Page, StoreError,
 };
 use abhyasa_core::{Escalation, ObligationId, Timestamp};
 
-use crate::codec::{
-    corrupt, from_bytes, from_json, parse_u64_key, u64_key, PendingRow, TerminalRow,
-};
+use crate::codec::{corrupt, from_json, parse_u64_key, u64_key, PendingRow, TerminalRow};
 use crate::engine::{read_principal, Table, View};
 use crate::index::{
     counter, state_key, state_prefix, time_key, Counter, CUSTODY_DEFERRED, LEDGER_DEFERRED,
@@ -33,16 +31,9 @@ fn pending_listed(k: &[u8], b: &[u8]) -> Result<Listed, StoreError> {
 
 fn terminal_listed(k: &[u8], b: &[u8]) -> Result<Listed, StoreError> {
     const T: &str = "custody_terminal";
-    let t: TerminalSummary = from_bytes::<TerminalRow>(T, k, b)?.build(T, k)?;
-    Ok(Listed {
-        obligation_id: t.obligation_id,
-        state: ListState::of(t.state),
-        target: t.target,
-        kind: None,
-        attempts: None,
-        deadline_at: t.deadline_at,
-        closed_at: Some(t.closed_at),
-    })
+    Ok(Listed::terminal(
+        &TerminalRow::decode(T, k, b)?.build(T, k)?,
+    ))
 }
 
 /// Up to `n` rows of table `t` with key `> after`, decoded by `f`.

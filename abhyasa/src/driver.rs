@@ -9,7 +9,7 @@ use std::sync::Arc;
 use abhyasa_core::custody::{
     AckDisposition, Applier, ApplyDecision, ApplyRequest, ApplyTicket, CompleteError, Custodian,
     CustodianEvent, ExternalOutcome, Offered, Received, Receiver, ReceiverEvent, TerminalState,
-    Transmit,
+    TerminalSummary, Transmit,
 };
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
@@ -696,10 +696,15 @@ impl Driver {
         }
         // A caller may ask after the transfer ended (on a fast link, even
         // before `offer` returned to it): keep the full outcome a while —
-        // unless the terminal summary already says all of it (a
-        // best-effort send that went out), which `WaitOutcome` reads
-        // instead (issue 14: an insert and an eviction per obligation).
-        if outcome == summary_outcome(id.clone(), outcome.state) {
+        // unless the terminal summary already says all of it (an applied
+        // transfer, a best-effort send that went out), which `WaitOutcome`
+        // reads instead: no insert and eviction per obligation, and the
+        // same answer after the cache would have let it go or a restart.
+        if self
+            .custodian
+            .terminal(&id)
+            .is_some_and(|t| summary_tells(t, &outcome))
+        {
             return;
         }
         if self.recent.insert(id.clone(), outcome).is_none() {
@@ -941,7 +946,7 @@ impl Driver {
                 } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
                     self.add_outcome_waiter(id, reply);
                 } else if let Some(t) = self.custodian.terminal(&id) {
-                    let o = summary_outcome(id, t.state);
+                    let o = summary_outcome(t);
                     // Only a durable terminal state is reported (C-ND-2),
                     // in full if its close was the commit waited for.
                     self.after_commit(Box::new(move |d: &Driver| {
@@ -969,7 +974,10 @@ impl Driver {
                 let view = StatusView {
                     obligation_id: id.clone(),
                     custodian,
-                    attempts: self.custodian.attempts(&id),
+                    attempts: self
+                        .custodian
+                        .attempts(&id)
+                        .or_else(|| self.custodian.terminal(&id).and_then(known_attempts)),
                     deadline_at: self.custodian.pending_deadline(&id),
                     receiver,
                 };
@@ -1284,16 +1292,30 @@ async fn sleep_until(t: Option<tokio::time::Instant>) {
     }
 }
 
-/// The outcome a terminal summary in state `state` tells on its own: the
-/// state, and the one attempt of a best-effort send. What an event adds
-/// to it (attempts under custody, a reason, an escalation) is kept in
-/// `Driver::recent` for a while.
-fn summary_outcome(obligation_id: ObligationId, state: TerminalState) -> Outcome {
+/// The outcome a terminal summary tells on its own: the state and the
+/// attempts (an applied transfer, a best-effort send). What an event adds
+/// to it (a decline's reason, an escalation, a best-effort send the
+/// transport refused) is kept in `Driver::recent` for a while.
+fn summary_outcome(t: &TerminalSummary) -> Outcome {
     Outcome {
-        obligation_id,
-        state,
-        attempts: (state == TerminalState::BestEffort).then_some(1),
+        obligation_id: t.obligation_id.clone(),
+        state: t.state,
+        attempts: known_attempts(t),
         reason: None,
         escalation: None,
     }
+}
+
+/// Whether `summary_outcome(t)` is `o` (without building it).
+fn summary_tells(t: &TerminalSummary, o: &Outcome) -> bool {
+    o.reason.is_none()
+        && o.escalation.is_none()
+        && o.state == t.state
+        && o.attempts == known_attempts(t)
+        && o.obligation_id == t.obligation_id
+}
+
+/// A summary's attempts, 0 being "not known" (see `TerminalSummary`).
+fn known_attempts(t: &TerminalSummary) -> Option<u32> {
+    (t.attempts > 0).then_some(t.attempts)
 }

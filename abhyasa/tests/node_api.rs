@@ -267,7 +267,7 @@ async fn status_states_are_typed_and_keep_their_json_spelling() {
     assert_eq!(a.custodian, Some(CustodianState::Applied));
     assert_eq!(
         serde_json::to_value(&a).unwrap(),
-        json!({"obligation_id": "st-1", "custodian": "applied", "attempts": null,
+        json!({"obligation_id": "st-1", "custodian": "applied", "attempts": 1,
                "deadline_at": null, "receiver": []})
     );
     let b = bob.status(ob.id()).await.unwrap();
@@ -531,4 +531,77 @@ fn readme_embedding_example_is_the_compiled_crate_doctest() {
         in_readme, in_lib,
         "README's embedding block differs from abhyasa's doctest"
     );
+}
+
+// An applied transfer's outcome and status keep its attempt count after
+// the transfer ended — asked long after its event, and after a restart on
+// the same records — because the terminal summary the store keeps holds
+// it (issue 14 answers applied outcomes from that summary, not from a
+// per-obligation cache).
+#[tokio::test]
+async fn an_applied_outcome_keeps_its_attempts_after_the_event_and_a_restart() {
+    fn fast(o: &mut NodeOptions) {
+        o.custodian.default_profile.backoff = RetryBackoff {
+            base: Duration::from_millis(30),
+            cap: Duration::from_millis(60),
+            jitter: 0.0,
+        };
+    }
+    let net = MemNetwork::new(8);
+    let _bob = open(&net, "bob", SimStore::new()).await;
+    let store = GatedStore::default();
+    let start = |store: GatedStore| {
+        let net = net.clone();
+        async move {
+            Node::builder(agent("alice"))
+                .configure(fast)
+                .store(store)
+                .transport(join(&net, "alice").await)
+                .open()
+                .await
+                .unwrap()
+        }
+    };
+    let alice = start(store.clone()).await;
+    // Cut off until a retry has been sent: applied on attempt 2 or later.
+    net.partition(&agent("alice"), &agent("bob"));
+    let ob = Obligation::builder()
+        .id("at-1")
+        .kind("anumati.consent")
+        .target("bob")
+        .payload(json!({"decision": "revoke", "scope": "scope.at-1"}))
+        .deadline_seconds(10)
+        .max_retries(abhyasa_core::min_retries_to_span(10, 0.03, 0.06) as i64 + 1)
+        .created_at(alice.now())
+        .build()
+        .unwrap();
+    alice.offer(ob.clone()).await.unwrap();
+    while alice.status(ob.id()).await.unwrap().attempts < Some(2) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    net.heal(&agent("alice"), &agent("bob"));
+    let out = tokio::time::timeout(Duration::from_secs(10), alice.outcome(ob.id()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.state, TerminalState::Applied);
+    let n = out
+        .attempts
+        .expect("an applied outcome counts its attempts");
+    assert!(n >= 2, "{out:?}");
+    // Asked again, after the event: the same answer.
+    assert_eq!(alice.outcome(ob.id()).await.unwrap(), out);
+    assert_eq!(alice.status(ob.id()).await.unwrap().attempts, Some(n));
+
+    alice.shutdown().await.unwrap();
+    drop(alice);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let alice = start(store.reopened()).await;
+    assert_eq!(alice.outcome(ob.id()).await.unwrap(), out, "after restart");
+    let v = alice.status(ob.id()).await.unwrap();
+    assert_eq!(
+        (v.custodian, v.attempts),
+        (Some(CustodianState::Applied), Some(n))
+    );
+    alice.shutdown().await.unwrap();
 }

@@ -103,6 +103,22 @@ pub struct ClosedRecord {
     pub escalation: Option<Escalation>,
 }
 
+impl ClosedRecord {
+    /// What the custodian keeps about the transfer this record closes.
+    pub fn summary(&self) -> TerminalSummary {
+        TerminalSummary {
+            obligation_id: self.obligation_id.clone(),
+            digest: self.digest,
+            target: self.target.clone(),
+            state: self.outcome.state(),
+            deadline_at: self.deadline_at,
+            closed_at: self.closed_at,
+            late_ack_recorded: false,
+            attempts: self.attempts,
+        }
+    }
+}
+
 /// An ack that arrived after custody ended (e.g. `applied` after
 /// escalation): recorded for reconciliation, terminal state unchanged.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -151,6 +167,11 @@ pub struct TerminalSummary {
     pub closed_at: Timestamp,
     /// Whether a late ack was already recorded.
     pub late_ack_recorded: bool,
+    /// Attempts sent: under custody, the count its close recorded; 1 for
+    /// a best-effort send. 0 when not known (a summary read from a row
+    /// stored before the count was kept).
+    #[serde(default)]
+    pub attempts: u32,
 }
 
 /// The receiver ledger's verdict on one obligation.
@@ -345,18 +366,7 @@ impl CustodianSnapshot {
                 if self.terminal.contains_key(&c.obligation_id) {
                     return;
                 }
-                self.terminal.insert(
-                    c.obligation_id.clone(),
-                    TerminalSummary {
-                        obligation_id: c.obligation_id.clone(),
-                        digest: c.digest,
-                        target: c.target.clone(),
-                        state: c.outcome.state(),
-                        deadline_at: c.deadline_at,
-                        closed_at: c.closed_at,
-                        late_ack_recorded: false,
-                    },
-                );
+                self.terminal.insert(c.obligation_id.clone(), c.summary());
                 self.principal.extend(c.principal.iter().cloned());
                 if let Some(e) = &c.escalation {
                     self.escalations.push(e.clone());

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::custody::TerminalState;
+use crate::custody::{TerminalState, TerminalSummary};
 use crate::model::{AgentId, Escalation, Kind, ObligationId, Timestamp};
 use crate::principal::DecisionItem;
 
@@ -110,12 +110,28 @@ pub struct Listed {
     pub target: AgentId,
     /// Its kind (pending only: a terminal summary does not keep it).
     pub kind: Option<Kind>,
-    /// Attempts so far (pending only).
+    /// Attempts so far, or in all when it ended (absent for a terminal
+    /// row stored before the count was kept).
     pub attempts: Option<u32>,
     /// Its absolute deadline.
     pub deadline_at: Timestamp,
     /// When custody ended (terminal only).
     pub closed_at: Option<Timestamp>,
+}
+
+impl Listed {
+    /// The row of a finished transfer.
+    pub fn terminal(t: &TerminalSummary) -> Self {
+        Self {
+            obligation_id: t.obligation_id.clone(),
+            state: ListState::of(t.state),
+            target: t.target.clone(),
+            kind: None,
+            attempts: (t.attempts > 0).then_some(t.attempts),
+            deadline_at: t.deadline_at,
+            closed_at: Some(t.closed_at),
+        }
+    }
 }
 
 /// One escalation, with its position in the event log (the cursor of
@@ -177,15 +193,7 @@ impl DurableState {
                 .terminal
                 .values()
                 .filter(|t| state.is_none_or(|s| s == ListState::of(t.state)))
-                .map(|t| Listed {
-                    obligation_id: t.obligation_id.clone(),
-                    state: ListState::of(t.state),
-                    target: t.target.clone(),
-                    kind: None,
-                    attempts: None,
-                    deadline_at: t.deadline_at,
-                    closed_at: Some(t.closed_at),
-                }),
+                .map(Listed::terminal),
         );
         rows.retain(|r| after.is_none_or(|a| r.obligation_id > *a));
         rows.sort_by(|a, b| a.obligation_id.cmp(&b.obligation_id));

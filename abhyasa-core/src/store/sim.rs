@@ -326,15 +326,7 @@ impl Disk {
                 self.terminal.insert(
                     c.obligation_id.clone(),
                     Terminal {
-                        summary: TerminalSummary {
-                            obligation_id: c.obligation_id.clone(),
-                            digest: c.digest,
-                            target: c.target.clone(),
-                            state: c.outcome.state(),
-                            deadline_at: c.deadline_at,
-                            closed_at: c.closed_at,
-                            late_ack_recorded: false,
-                        },
+                        summary: c.summary(),
                         escalation,
                         reconciliation: None,
                     },
@@ -383,15 +375,7 @@ impl Disk {
                 closed_at: None,
             });
         }
-        self.terminal.get(id).map(|t| Listed {
-            obligation_id: id.clone(),
-            state: ListState::of(t.summary.state),
-            target: t.summary.target.clone(),
-            kind: None,
-            attempts: None,
-            deadline_at: t.summary.deadline_at,
-            closed_at: Some(t.summary.closed_at),
-        })
+        self.terminal.get(id).map(|t| Listed::terminal(&t.summary))
     }
 }
 

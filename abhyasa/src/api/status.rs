@@ -54,7 +54,8 @@ pub struct StatusView {
     pub obligation_id: ObligationId,
     /// Custodian side, if this node is its custodian.
     pub custodian: Option<CustodianState>,
-    /// Attempts so far (pending only).
+    /// Attempts so far, or in all once custody ended (when the terminal
+    /// summary knows them).
     pub attempts: Option<u32>,
     /// Custodian side deadline (pending only).
     pub deadline_at: Option<Timestamp>,

@@ -362,33 +362,21 @@ impl Custodian {
         principal: Vec<PrincipalWrite>,
         escalation: Option<Escalation>,
     ) {
-        let state = outcome.state();
         let id = p.obligation.id().clone();
-        self.terminal.insert(
-            id.clone(),
-            TerminalSummary {
-                obligation_id: id.clone(),
-                digest: p.obligation.digest(),
-                target: p.obligation.target().clone(),
-                state,
-                deadline_at: p.deadline_at,
-                closed_at: now,
-                late_ack_recorded: false,
-            },
-        );
-        self.outbox
-            .record(Record::CustodyClosed(Box::new(ClosedRecord {
-                obligation_id: id,
-                digest: p.obligation.digest(),
-                kind: p.obligation.kind().clone(),
-                target: p.obligation.target().clone(),
-                outcome,
-                attempts: p.attempts,
-                closed_at: now,
-                deadline_at: p.deadline_at,
-                principal,
-                escalation,
-            })));
+        let closed = ClosedRecord {
+            obligation_id: id.clone(),
+            digest: p.obligation.digest(),
+            kind: p.obligation.kind().clone(),
+            target: p.obligation.target().clone(),
+            outcome,
+            attempts: p.attempts,
+            closed_at: now,
+            deadline_at: p.deadline_at,
+            principal,
+            escalation,
+        };
+        self.terminal.insert(id, closed.summary());
+        self.outbox.record(Record::CustodyClosed(Box::new(closed)));
     }
 
     /// The transport could not queue an attempt of `id` (peer down, queue

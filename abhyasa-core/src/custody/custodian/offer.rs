@@ -111,6 +111,7 @@ impl Custodian {
                 deadline_at,
                 closed_at: now,
                 late_ack_recorded: false,
+                attempts: 1,
             };
             self.terminal.insert(id.clone(), summary.clone());
             self.outbox
