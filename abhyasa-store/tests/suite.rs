@@ -362,7 +362,7 @@ fn terminal_is_final_no_second_failsafe_or_escalation() {
         );
         assert_eq!(
             s.custodian.escalations[0],
-            first.escalation.clone().unwrap()
+            *first.escalation.clone().unwrap()
         );
         let (_, weights, _) = principal_of(&s.custodian);
         assert_eq!(weights.len(), 1);

@@ -320,7 +320,7 @@ impl Disk {
                 }
                 c.principal.iter().for_each(|w| self.apply_principal(w));
                 let escalation = c.escalation.as_ref().map(|e| {
-                    self.escalations.insert(event, e.clone());
+                    self.escalations.insert(event, Escalation::clone(e));
                     event
                 });
                 self.terminal.insert(

@@ -303,10 +303,10 @@ impl Custodian {
         });
     }
 
-    fn take_pending(&mut self, id: &ObligationId) -> Option<Pending> {
+    fn take_pending(&mut self, id: &ObligationId) -> Option<Box<Pending>> {
         let p = self.pending.remove(id)?;
         self.timers.remove(&(p.due, id.clone()));
-        Some(*p)
+        Some(p)
     }
 
     fn escalate(
@@ -347,7 +347,7 @@ impl Custodian {
             &p,
             CustodyOutcome::Escalated,
             write.into_iter().collect(),
-            Some(escalation.clone()),
+            Some(Box::new(escalation.clone())),
         );
         self.stats.escalated += 1;
         self.outbox
@@ -360,7 +360,7 @@ impl Custodian {
         p: &Pending,
         outcome: CustodyOutcome,
         principal: Vec<PrincipalWrite>,
-        escalation: Option<Escalation>,
+        escalation: Option<Box<Escalation>>,
     ) {
         let id = p.obligation.id().clone();
         let closed = ClosedRecord {
