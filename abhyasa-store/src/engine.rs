@@ -171,9 +171,14 @@ pub(crate) trait Txn {
     /// [`crate::index::Indexed`] finds the row's index entries from it
     /// instead of decoding the row (issue 14). Checked against the row
     /// wherever debug assertions are on (the storage suite).
-    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<(), StoreError> {
+    ///
+    /// `Ok(true)` says a pending row was there (and is gone); `Ok(false)`
+    /// that there was none, or that this layer does not know (the
+    /// default, which deletes without looking).
+    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<bool, StoreError> {
         let _ = deadline_at;
-        self.del(Table::Pending, k)
+        self.del(Table::Pending, k)?;
+        Ok(false)
     }
 }
 
@@ -507,8 +512,15 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             // escalation go into this one transaction, and a second close
             // finds the terminal mark and changes nothing.
             let k = c.obligation_id.as_str().as_bytes();
-            txn.del_pending(k, c.deadline_at.unix_micros())?;
-            if !txn.contains(Table::Terminal, k)? {
+            // An id is pending or terminal, never both (a pending row is
+            // only written for an id that is neither): the close of a
+            // pending row needs no look for a terminal one (issue 14).
+            let was_pending = txn.del_pending(k, c.deadline_at.unix_micros())?;
+            debug_assert!(
+                !(was_pending && txn.contains(Table::Terminal, k)?),
+                "an id both pending and terminal"
+            );
+            if was_pending || !txn.contains(Table::Terminal, k)? {
                 for w in &c.principal {
                     put_principal(txn, w)?;
                 }

@@ -469,13 +469,13 @@ impl Txn for Indexed<'_> {
         self.moved(before, after)
     }
 
-    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<(), StoreError> {
+    fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<bool, StoreError> {
         const T: Table = Table::Pending;
         // Whether the row is there, not what it says: the deadline gives
         // its index entries (a pending row's obligation is a long value the
         // log store would otherwise read back from disk).
         if !self.inner.contains(T, k)? {
-            return Ok(());
+            return Ok(false);
         }
         // A pending row is indexed under its deadline only while deferred.
         let deferred = self
@@ -497,7 +497,8 @@ impl Txn for Indexed<'_> {
             "del_pending with a deadline that is not the row's"
         );
         self.inner.del(T, k)?;
-        self.moved(derive_facts(k, facts), Derived::default())
+        self.moved(derive_facts(k, facts), Derived::default())?;
+        Ok(true)
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
