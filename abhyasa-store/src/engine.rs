@@ -166,6 +166,17 @@ pub(crate) trait Txn {
         self.put_over(t, k, old, v)
     }
 
+    /// [`Txn::del`] that says whether `k` held a row (`Ok(true)`: it did,
+    /// and it is gone). An engine whose delete finds the row anyway
+    /// ([`crate::LogStore`]) answers without a second look (issue 14).
+    fn del_found(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
+        if !self.contains(t, k)? {
+            return Ok(false);
+        }
+        self.del(t, k)?;
+        Ok(true)
+    }
+
     /// [`Txn::del`] of the pending row `k`, whose obligation's absolute
     /// deadline (`deadline_at`, microseconds) the caller knows:
     /// [`crate::index::Indexed`] finds the row's index entries from it

@@ -471,10 +471,19 @@ impl Txn for Indexed<'_> {
 
     fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<bool, StoreError> {
         const T: Table = Table::Pending;
-        // Whether the row is there, not what it says: the deadline gives
+        // The caller's promise, checked wherever debug assertions are on:
+        // a wrong deadline would leave a deferred row's index entry behind.
+        #[cfg(debug_assertions)]
+        let old = self
+            .inner
+            .get(T, k)?
+            .map(|old| Facts::read(T, k, &old))
+            .transpose()?
+            .flatten();
+        // Whether the row was there, not what it says: the deadline gives
         // its index entries (a pending row's obligation is a long value the
         // log store would otherwise read back from disk).
-        if !self.inner.contains(T, k)? {
+        if !self.inner.del_found(T, k)? {
             return Ok(false);
         }
         // A pending row is indexed under its deadline only while deferred.
@@ -485,18 +494,12 @@ impl Txn for Indexed<'_> {
             deferred,
             deadline_at,
         };
-        // The caller's promise, checked wherever debug assertions are on:
-        // a wrong deadline would leave a deferred row's index entry behind.
+        #[cfg(debug_assertions)]
         debug_assert_eq!(
-            self.inner
-                .get(T, k)?
-                .map(|old| Facts::read(T, k, &old))
-                .transpose()?
-                .flatten(),
+            old,
             Some(facts),
             "del_pending with a deadline that is not the row's"
         );
-        self.inner.del(T, k)?;
         self.moved(derive_facts(k, facts), Derived::default())?;
         Ok(true)
     }

@@ -882,17 +882,28 @@ impl Txn for LogTxn<'_> {
     }
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
+        self.del_found(t, k).map(|_| ())
+    }
+
+    fn del_found(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
         // Deleting an absent row changes nothing: nothing to log or undo.
         let Some(old) = self.tables[t.index()].remove(k) else {
-            return Ok(());
+            return Ok(false);
         };
-        let (key, _) = push_op(self.rec, t, k, None)?;
+        let key = match push_op(self.rec, t, k, None) {
+            Ok((key, _)) => key,
+            Err(e) => {
+                // Not logged, so not to be undone: the row stays.
+                self.tables[t.index()].insert(k.into(), old);
+                return Err(e);
+            }
+        };
         self.undo.push(Undo {
             t,
             key,
             old: Some(old),
         });
-        Ok(())
+        Ok(true)
     }
 }
 
