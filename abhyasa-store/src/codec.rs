@@ -10,6 +10,7 @@
 //! Every decode failure is a [`StoreError::Corrupt`] naming the table and
 //! key; nothing read from disk can panic.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::de::DeserializeOwned;
@@ -19,6 +20,7 @@ use abhyasa_core::custody::{
     ClosedRecord, EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, PendingRecord,
     TerminalState, TerminalSummary,
 };
+use abhyasa_core::polarity::STANDARD_RATIONALES;
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::store::StoreError;
 use abhyasa_core::{
@@ -325,15 +327,73 @@ enum SafeEffectRow {
 }
 
 /// `safe(O)`; its obligation id and target are stored only when they
-/// differ from the obligation's.
+/// differ from the obligation's, its rationale as [`stored_rationale`]
+/// writes it.
 #[derive(Serialize, Deserialize)]
 struct SafeRow<'a> {
     effect: SafeEffectRow,
     key: &'a str,
     sequence: Option<u64>,
-    rationale: &'a str,
+    #[serde(borrow)]
+    rationale: Cow<'a, str>,
     obligation_id: Option<&'a str>,
     target: Option<&'a str>,
+}
+
+/// Marks a stored rationale that is not its own text (see
+/// [`stored_rationale`]).
+const RATIONALE_MARK: char = '\0';
+
+/// The stored form of rationale `r`: a standard rationale (one of
+/// [`STANDARD_RATIONALES`], ~100 bytes, in nearly every pending row) as
+/// the mark and its index; other text as it is, with one more mark in
+/// front if it starts with one. Rows written before (the text alone)
+/// read the same way (issue 14: a third of a pending row's bytes).
+fn stored_rationale(r: &str) -> Cow<'_, str> {
+    const MARKS: [&str; 3] = ["\u{0}0", "\u{0}1", "\u{0}2"];
+    const _: () = assert!(MARKS.len() == STANDARD_RATIONALES.len());
+    if let Some(i) = STANDARD_RATIONALES.iter().position(|s| *s == r) {
+        if let Some(m) = MARKS.get(i) {
+            return Cow::Borrowed(m);
+        }
+    }
+    if r.starts_with(RATIONALE_MARK) {
+        return Cow::Owned(format!("{RATIONALE_MARK}{r}"));
+    }
+    Cow::Borrowed(r)
+}
+
+/// What [`stored_rationale`] stored as `stored`: the standard text it
+/// stands for, or its own text; `None` for a mark it never writes.
+fn rationale_text(stored: &str) -> Option<RationaleText<'_>> {
+    let Some(rest) = stored.strip_prefix(RATIONALE_MARK) else {
+        return Some(RationaleText::Own(stored));
+    };
+    if rest.starts_with(RATIONALE_MARK) {
+        return Some(RationaleText::Own(rest));
+    }
+    let i: usize = match rest.as_bytes() {
+        [d @ b'0'..=b'9'] => usize::from(d - b'0'),
+        _ => return None,
+    };
+    STANDARD_RATIONALES
+        .get(i)
+        .map(|s| RationaleText::Standard(s))
+}
+
+/// A stored rationale's text.
+enum RationaleText<'a> {
+    Standard(&'static str),
+    Own(&'a str),
+}
+
+impl RationaleText<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            RationaleText::Standard(s) => s,
+            RationaleText::Own(s) => s,
+        }
+    }
 }
 
 impl<'a> SafeRow<'a> {
@@ -345,7 +405,7 @@ impl<'a> SafeRow<'a> {
             },
             key: s.key.as_str(),
             sequence: s.sequence.map(|q| q.0),
-            rationale: &s.rationale,
+            rationale: stored_rationale(&s.rationale),
             obligation_id: (&s.obligation_id != ob.id()).then(|| s.obligation_id.as_str()),
             target: (&s.target != ob.target()).then(|| s.target.as_str()),
         }
@@ -370,7 +430,7 @@ impl<'a> SafeRow<'a> {
             }
             && self.key == s.key.as_str()
             && self.sequence == s.sequence.map(|q| q.0)
-            && self.rationale == s.rationale.as_ref()
+            && rationale_text(&self.rationale).is_some_and(|r| r.as_str() == s.rationale)
     }
 
     fn build(
@@ -395,7 +455,11 @@ impl<'a> SafeRow<'a> {
             },
             key: shared(seen.on, &mut seen.keys, table, key, self.key)?,
             sequence: self.sequence.map(Sequence),
-            rationale: SafeAction::rationale_of(self.rationale),
+            rationale: match rationale_text(&self.rationale) {
+                Some(RationaleText::Standard(r)) => Cow::Borrowed(r),
+                Some(RationaleText::Own(r)) => SafeAction::rationale_of(r),
+                None => return Err(corrupt(table, key, "unknown rationale mark")),
+            },
         })
     }
 }
@@ -984,6 +1048,41 @@ mod tests {
         assert_eq!(PendingRow::load("t", b"a", old).unwrap(), p);
     }
 
+    // A standard rationale is stored as two bytes; a row that holds its
+    // whole text (as rows did before) loads the same; a mark the writer
+    // never uses is refused as damage, not read as text.
+    #[test]
+    fn a_standard_rationale_is_stored_as_its_index_and_old_rows_still_load() {
+        let a = ob("a", 0.25, None);
+        for (i, r) in STANDARD_RATIONALES.iter().enumerate() {
+            let mut p = pending(&a);
+            p.safe.rationale = Cow::Borrowed(r);
+            let row = PendingRow::of(&p);
+            assert_eq!(row.safe.rationale, format!("\u{0}{i}"));
+            let bytes = row.encode("t", b"a").unwrap();
+            let back = PendingRow::load("t", b"a", &bytes).unwrap();
+            assert_eq!(back, p);
+            assert!(matches!(back.safe.rationale, Cow::Borrowed(_)));
+
+            let mut old = PendingRow::of(&p);
+            old.safe.rationale = Cow::Borrowed(r);
+            let old_bytes = old.encode("t", b"a").unwrap();
+            assert_eq!(old_bytes.len(), bytes.len() + r.len() - 2);
+            assert_eq!(PendingRow::load("t", b"a", &old_bytes).unwrap(), p);
+        }
+        let p = pending(&a);
+        for text in ["\u{0}", "\u{0}9", "\u{0}x", "\u{0}12"] {
+            let mut row = PendingRow::of(&p);
+            row.safe.rationale = Cow::Borrowed(text);
+            let bytes = row.encode("t", b"a").unwrap();
+            let r = PendingRow::load("t", b"a", &bytes);
+            assert!(
+                matches!(r, Err(StoreError::Corrupt { .. })),
+                "{text:?}: {r:?}"
+            );
+        }
+    }
+
     // Any one damaged byte of a checksummed row fails its load with a
     // typed error (the checksum, or the full rebuild when the damage makes
     // it parse as an old row), and never panics; an old row whose payload
@@ -1184,6 +1283,8 @@ mod tests {
                     select(abhyasa_core::polarity::STANDARD_RATIONALES.to_vec())
                         .prop_map(std::borrow::Cow::Borrowed),
                     "\\PC{0,10}".prop_map(std::borrow::Cow::Owned),
+                    // Texts that look like the stored marks.
+                    "\u{0}{1,2}[0-9]{0,2}\\PC{0,3}".prop_map(std::borrow::Cow::Owned),
                 ],
                 any::<bool>(),
                 any::<bool>(),
@@ -1271,6 +1372,22 @@ mod tests {
                         .is_ok_and(|back| back == *want);
                     prop_assert_eq!(cheap, full, "{:?}", want);
                 }
+            }
+
+            #[test]
+            fn a_pending_row_loads_as_the_record_written(p in pending()) {
+                // NaN is never equal to itself: no record holding one
+                // compares equal to anything, its own load included.
+                prop_assume!(
+                    !matches!(p.safe.effect, SafeEffect::DownWeight { magnitude } if magnitude.is_nan())
+                );
+                const T: &str = "custody_pending";
+                let k = p.obligation.id().as_str().as_bytes().to_vec();
+                let bytes = PendingRow::of(&p).encode(T, &k).unwrap();
+                prop_assert_eq!(PendingRow::load(T, &k, &bytes).unwrap(), p.clone());
+                let (row, checked) = PendingRow::decode(T, &k, &bytes).unwrap();
+                prop_assert!(checked);
+                prop_assert!(row.rebuilds(&k, &p));
             }
 
             #[test]
