@@ -203,7 +203,8 @@ impl Custodian {
                 };
                 let w = PrincipalWrite::DecisionRaised(item.clone());
                 self.principal.apply_write(&w);
-                self.outbox.event(CustodianEvent::DecisionRequired(item));
+                self.outbox
+                    .event(CustodianEvent::DecisionRequired(Box::new(item)));
                 (DeclineDisposition::Surfaced, vec![w])
             }
         };

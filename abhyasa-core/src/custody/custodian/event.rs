@@ -57,7 +57,7 @@ pub enum CustodianEvent {
         disposition: DeclineDisposition,
     },
     /// A decline awaits the principal's decision.
-    DecisionRequired(DecisionItem),
+    DecisionRequired(Box<DecisionItem>),
     /// The receiver answered deferred.
     Deferred {
         /// The obligation.
