@@ -183,13 +183,11 @@ pub(crate) trait Txn {
     /// instead of decoding the row (issue 14). Checked against the row
     /// wherever debug assertions are on (the storage suite).
     ///
-    /// `Ok(true)` says a pending row was there (and is gone); `Ok(false)`
-    /// that there was none, or that this layer does not know (the
-    /// default, which deletes without looking).
+    /// Says whether a pending row was there (and is gone), as
+    /// [`Txn::del_found`] does.
     fn del_pending(&mut self, k: &[u8], deadline_at: i64) -> Result<bool, StoreError> {
         let _ = deadline_at;
-        self.del(Table::Pending, k)?;
-        Ok(false)
+        self.del_found(Table::Pending, k)
     }
 }
 

@@ -974,10 +974,11 @@ impl Driver {
                 let view = StatusView {
                     obligation_id: id.clone(),
                     custodian,
-                    attempts: self
-                        .custodian
-                        .attempts(&id)
-                        .or_else(|| self.custodian.terminal(&id).and_then(known_attempts)),
+                    attempts: self.custodian.attempts(&id).or_else(|| {
+                        self.custodian
+                            .terminal(&id)
+                            .and_then(TerminalSummary::known_attempts)
+                    }),
                     deadline_at: self.custodian.pending_deadline(&id),
                     receiver,
                 };
@@ -1300,22 +1301,19 @@ fn summary_outcome(t: &TerminalSummary) -> Outcome {
     Outcome {
         obligation_id: t.obligation_id.clone(),
         state: t.state,
-        attempts: known_attempts(t),
+        attempts: t.known_attempts(),
         reason: None,
         escalation: None,
     }
 }
 
-/// Whether `summary_outcome(t)` is `o` (without building it).
+/// Whether `summary_outcome(t)` is `o`, without building it: building
+/// it would bump the count of an id the store thread is reading (the
+/// close record in flight holds the same one).
 fn summary_tells(t: &TerminalSummary, o: &Outcome) -> bool {
     o.reason.is_none()
         && o.escalation.is_none()
         && o.state == t.state
-        && o.attempts == known_attempts(t)
+        && o.attempts == t.known_attempts()
         && o.obligation_id == t.obligation_id
-}
-
-/// A summary's attempts, 0 being "not known" (see `TerminalSummary`).
-fn known_attempts(t: &TerminalSummary) -> Option<u32> {
-    (t.attempts > 0).then_some(t.attempts)
 }

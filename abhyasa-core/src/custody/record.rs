@@ -175,6 +175,13 @@ pub struct TerminalSummary {
     pub attempts: u32,
 }
 
+impl TerminalSummary {
+    /// [`TerminalSummary::attempts`], if known.
+    pub fn known_attempts(&self) -> Option<u32> {
+        (self.attempts > 0).then_some(self.attempts)
+    }
+}
+
 /// The receiver ledger's verdict on one obligation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -127,7 +127,7 @@ impl Listed {
             state: ListState::of(t.state),
             target: t.target.clone(),
             kind: None,
-            attempts: (t.attempts > 0).then_some(t.attempts),
+            attempts: t.known_attempts(),
             deadline_at: t.deadline_at,
             closed_at: Some(t.closed_at),
         }
