@@ -38,11 +38,15 @@ pub type Map<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 
 pub use sharded::ShardedMap;
 
-// The README's Rust blocks run as doctests of this crate, so its library
-// example cannot drift from the API (issue 11 §6).
+// The Rust blocks of the README and the embedding guide run as doctests of
+// this crate, so their library examples cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/embedding.md")]
+struct EmbeddingGuideDoctests;
 
 pub use error::{FieldError, FieldProblem, OfferError, PeerError, ProfileError};
 pub use model::*;

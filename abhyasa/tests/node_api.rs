@@ -524,7 +524,11 @@ fn readme_embedding_example_is_the_compiled_crate_doctest() {
         .map(|l| l.strip_prefix(' ').unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n");
-    let in_readme = block_after(&readme, "## Embedding a node", "```rust,ignore\n");
+    let in_readme = block_after(
+        &readme,
+        "## Quickstart: agent frameworks",
+        "```rust,ignore\n",
+    );
     let in_lib = block_after(&doc, "## Embedding a node", "```rust\n");
     assert!(in_lib.contains("Node::builder"), "{in_lib}");
     assert_eq!(

@@ -48,7 +48,7 @@ pub(crate) fn run(a: InitArgs) -> Result<(), String> {
     let config = NodeConfig::new(agent.as_str(), &a.listen);
     let text = toml::to_string(&config).map_err(|e| format!("config: {e}"))?;
     let header = "# Abhyasa node config. Every key but `agent` has a default; see\n\
-                  # `abhyasa init --help` and the README (\"Running nodes\").\n\
+                  # `abhyasa init --help` and docs/configuration.md.\n\
                   # Pin peers with [[peers]] entries (agent, fingerprint, addr).\n";
     write_config(&a.dir, header, &text)?;
     announce(
