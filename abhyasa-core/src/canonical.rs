@@ -121,7 +121,7 @@ pub fn es_number(x: f64) -> String {
 }
 
 /// Appends [`es_number`]`(x)` to `out`, formatting on the stack: no
-/// temporary string per number (issue 14: a payload's numbers are
+/// temporary string per number (a payload's numbers are
 /// written on every canonicalization).
 pub(crate) fn write_es_number(x: f64, out: &mut String) {
     if x == 0.0 || !x.is_finite() {

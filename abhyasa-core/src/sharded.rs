@@ -6,7 +6,7 @@
 //! obligation — the custodian's pending and terminal summaries, the
 //! receiver's ledger and key sequences — that insert runs on a node's
 //! driver, and every frame, commit and offer waits behind it. Measured on
-//! the 2-core machine (issue 14): one doubling of the receiver's ledger at
+//! the 2-core machine: one doubling of the receiver's ledger at
 //! ~14,000 entries took 24 ms of CPU (1,321 page faults for the new
 //! table), in the middle of a paced latency run. The share of obligations
 //! that arrive during some doubling is about the rate times the cost of
@@ -57,7 +57,7 @@ pub const SPLIT_AT: usize = 2048;
 /// of the hash pick the shard, and the shard's table takes its bucket from
 /// the low bits and its tag from the top seven, so the three never
 /// overlap. (Hashing twice, once to pick a shard and once inside it, cost
-/// ~2% of the CPU of a best-effort obligation, issue 14.)
+/// ~2% of the CPU of a best-effort obligation.)
 #[derive(Clone)]
 pub struct ShardedMap<K, V> {
     hasher: ahash::RandomState,

@@ -1,4 +1,4 @@
-//! Paged reads benchmark (issue 11 §5): one page of `list`, `escalations`
+//! Paged reads benchmark: one page of `list`, `escalations`
 //! and the inbox counters on a store holding many records, answered from
 //! the indexes, next to the full `load` the node used to run for them.
 //!

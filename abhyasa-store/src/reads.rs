@@ -1,6 +1,6 @@
 //! The paged reads, answered from the indexes and counters of
 //! [`crate::index`]: each reads at most one page of rows (plus one to know
-//! whether another page exists), never every record (issue 11 §5).
+//! whether another page exists), never every record.
 
 use abhyasa_core::custody::PendingRecord;
 use abhyasa_core::principal::{DecisionItem, PrincipalWrite};

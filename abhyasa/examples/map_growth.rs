@@ -1,6 +1,6 @@
 //! The longest single insert into a map that grows with traffic: one
 //! `HashMap` (`abhyasa_core::Map`) against the [`ShardedMap`] the state
-//! machines keep their growing state in (issue 14).
+//! machines keep their growing state in.
 //!
 //! Entries are the size of a receiver's ledger entry (a key of two ids, a
 //! 152-byte value); each step reads one key and inserts a new one, as a

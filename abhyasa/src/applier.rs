@@ -1,4 +1,4 @@
-//! The embedding agent's asynchronous applier (issue 11 §6).
+//! The embedding agent's asynchronous applier.
 //!
 //! The receiver never runs user code inside its state machine: it emits an
 //! [`ApplyRequest`] and takes the [`ApplyDecision`] back as an input

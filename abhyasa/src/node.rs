@@ -78,8 +78,7 @@ impl Node {
     /// starts the store thread and the driver task on the current tokio
     /// runtime.
     ///
-    /// Cancellation: dropping the future before it returns leaves no node
-    /// The store is loaded on the store thread (issue 11 §5), so opening a
+    /// The store is loaded on the store thread, so opening a
     /// node with a million records never blocks the runtime's worker.
     ///
     /// Cancellation: dropping the future before it returns stops the store
@@ -253,7 +252,7 @@ impl Node {
     /// subscriber falls behind (see [`Subscription`]).
     pub fn subscribe(&self) -> Subscription {
         // Subscribe first, then read the published end: an event either
-        // lies before it or reaches this receiver (C-ND-5, issue 11 §6).
+        // lies before it or reaches this receiver (C-ND-5).
         let rx = self.events.subscribe();
         let next = EventId(self.published.load(std::sync::atomic::Ordering::SeqCst));
         Subscription::new(rx, self.store_jobs.clone(), next, false)
@@ -363,7 +362,7 @@ impl Node {
         Ok(m)
     }
 
-    /// What this agent may do on governed key `key` now (issue 13): a
+    /// What this agent may do on governed key `key` now: a
     /// leased grant holds only while `now + skew_margin < lease_until`.
     /// Check before exercising the authority; answered after the commit
     /// in flight. Cancel-safe: dropping the future changes nothing.
@@ -381,7 +380,7 @@ impl Node {
         self.ask(|reply| Command::Leases { reply }).await
     }
 
-    /// The leases this node renews as principal (issue 13): one chain per
+    /// The leases this node renews as principal: one chain per
     /// governed key on which it offered a sequenced leased grant and still
     /// grants, with the latest grant sent and when the next renewal is due.
     /// Cancel-safe.
@@ -409,7 +408,7 @@ impl Node {
     }
 
     /// Inbox counters derived from the stored records: durable counters and
-    /// a deadline index on the embedded stores, not a scan (issue 11 §5).
+    /// a deadline index on the embedded stores, not a scan.
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn inbox(&self) -> Result<Inbox, NodeError> {
@@ -420,7 +419,7 @@ impl Node {
     /// One page of the obligations this node is custodian of, in `state`
     /// (all when `None`), with id `> after`, in id order, at most `limit`
     /// (clamped to [`abhyasa_core::store::MAX_PAGE`]): an indexed read on
-    /// the store thread, never a scan of every record (issue 11 §5).
+    /// the store thread, never a scan of every record.
     pub async fn list(
         &self,
         state: Option<ListState>,
@@ -431,7 +430,7 @@ impl Node {
     }
 
     /// One page of the retained escalations after log position `after`, in
-    /// the order they happened (an indexed read, issue 11 §5).
+    /// the order they happened (an indexed read).
     pub async fn escalations(
         &self,
         after: Option<EventId>,
@@ -441,7 +440,7 @@ impl Node {
     }
 
     /// One page of the surfaced declines awaiting the principal's decision,
-    /// by obligation id after `after` (an indexed read, issue 11 §5).
+    /// by obligation id after `after` (an indexed read).
     pub async fn decisions(
         &self,
         after: Option<ObligationId>,

@@ -67,7 +67,7 @@ pub(crate) struct CommitDone {
     /// The job, handed back: its records are dropped by the driver that
     /// made them, not here. Their ids are the driver's, and a drop here
     /// is an atomic write to a cache line the driver is using, and a free
-    /// into another thread's heap (issue 14).
+    /// into another thread's heap.
     pub(crate) spent: Option<CommitJob>,
     pub(crate) micros: u64,
     pub(crate) result: Result<(), StoreError>,

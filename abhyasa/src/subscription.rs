@@ -1,4 +1,4 @@
-//! Lag-safe event subscription (issue 11 §6): a subscriber never misses a
+//! Lag-safe event subscription: a subscriber never misses a
 //! durable event silently.
 //!
 //! Every record a commit makes durable appends one [`StoredEvent`] to the

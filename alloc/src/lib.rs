@@ -1,4 +1,4 @@
-//! The allocator of Abhyasa's binaries (issue 14): the node CLI
+//! The allocator of Abhyasa's binaries: the node CLI
 //! (`abhyasa node run`, the demo) and the benchmarks run on
 //! [mimalloc](https://github.com/microsoft/mimalloc) instead of the system
 //! allocator. The libraries set no allocator: an embedder picks its own.

@@ -1,4 +1,4 @@
-//! Leases: custody plus leases (DESIGN §3, issue 13).
+//! Leases: custody plus leases (DESIGN §3).
 //!
 //! Custody cannot stop an agent that is partitioned from acting on
 //! authority it holds; a lease can. A grant of autonomously exercisable

@@ -76,7 +76,7 @@ impl<T, E> Outbox<T, E> {
         self.polled = self.emitted;
         // The next batch starts with room for one like this one: grown
         // from empty, a batch of a few hundred records is copied over in
-        // eight reallocations (issue 14).
+        // eight reallocations.
         let room = Vec::with_capacity(self.records.len().min(BATCH_ROOM_MAX));
         Some(RecordBatch {
             records: std::mem::replace(&mut self.records, room),

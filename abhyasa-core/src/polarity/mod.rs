@@ -145,7 +145,7 @@ impl PolarityRegistry {
 /// A governed key `kind/target/name`, namespaced so that different kinds,
 /// targets and key types never collide; `name` is the concatenation of
 /// its parts (`["weight:", key]`). Built in one buffer: this runs for
-/// every obligation a rule classifies (issue 14).
+/// every obligation a rule classifies.
 pub(crate) fn key(kind: &str, target: &AgentId, name: &[&str]) -> Result<GovernedKey, FieldError> {
     let target = target.as_str();
     let len = kind.len() + target.len() + 2 + name.iter().map(|p| p.len()).sum::<usize>();

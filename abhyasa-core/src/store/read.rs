@@ -1,4 +1,4 @@
-//! Paged reads of a store (issue 11 §5, C-ND-5): `list` by state, the
+//! Paged reads of a store (C-ND-5): `list` by state, the
 //! escalations and the open decisions, each answered one bounded page at a
 //! time behind a cursor, so a read never holds or scans every record.
 //!

@@ -46,7 +46,7 @@ struct Disk {
     events: BTreeMap<u64, StoredEvent>,
     next_event: u64,
     /// The indexes of the paged reads, kept in step with the maps above
-    /// by every change (issue 11 §5): what `list`, `escalations`,
+    /// by every change: what `list`, `escalations`,
     /// `decisions` and `inbox` answer from.
     index: Index,
 }

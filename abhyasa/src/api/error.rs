@@ -77,7 +77,7 @@ pub enum NodeError {
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     /// The offer's sequence is not newer than a lease renewal this node
-    /// already sent on the key (issue 13): the receiver would decline it
+    /// already sent on the key: the receiver would decline it
     /// `superseded`, so it is refused here instead; nothing was accepted.
     /// Offer it with a sequence above `newest` (or none).
     #[error(

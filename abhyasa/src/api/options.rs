@@ -58,7 +58,7 @@ pub struct NodeOptions {
     /// (default `None`). A leased grant whose term is longer draws a
     /// [`LeaseWarning`](crate::leases::LeaseWarning) when it is offered: for
     /// up to `term - deadline` a partitioned agent may act after the
-    /// revocation escalated (issue 13). The CLI sets it from
+    /// revocation escalated. The CLI sets it from
     /// `card_deadline_seconds`.
     pub revocation_deadline: Option<std::time::Duration>,
 }

@@ -1,4 +1,4 @@
-//! Load client for the broker side of the comparison (issue 14).
+//! Load client for the broker side of the comparison.
 //!
 //! ```sh
 //! peers-bench mqtt --port 18830 --qos 1 --count 50000 --json

@@ -1,4 +1,4 @@
-//! `abhyasa leases [--json]` (issue 13, custody plus leases): what this
+//! `abhyasa leases [--json]` (custody plus leases): what this
 //! node holds and renews under leases, read from the running node.
 //!
 //! The answer has three parts:

@@ -88,7 +88,7 @@ pub struct Custodian {
 /// attempt) and survives restarts unchanged. Two rounds of SplitMix64's
 /// finalizer (one over the seed and the digest, one adding the attempt):
 /// a few nanoseconds, where seeding a ChaCha8 generator per draw cost ~1%
-/// of a custody transfer's CPU (issue 14: no RNG seeded per retry).
+/// of a custody transfer's CPU.
 fn jitter_draw(seed: u64, digest: &Digest, attempt: u32) -> f64 {
     fn mix(mut z: u64) -> u64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -132,7 +132,7 @@ impl Custodian {
     /// [`Custodian::restore`] from a snapshot it takes: each pending
     /// transfer, terminal summary and `safe(O)` moves into the custodian
     /// instead of being copied, so a restart holds one copy of a million
-    /// pending transfers at a time, not two (issue 14).
+    /// pending transfers at a time, not two.
     pub fn restore_owned(
         config: CustodianConfig,
         registry: PolarityRegistry,
