@@ -170,6 +170,12 @@ async fn serve(a: RunArgs) -> Result<(), String> {
                     super::store::repair_hint(&a.dir)
                 )
             }
+            NodeError::Store(damaged @ StoreError::Damaged { .. }) => {
+                format!(
+                    "node: store: {damaged}; {}",
+                    super::store::damage_hint(&a.dir)
+                )
+            }
             e => format!("node: {e}"),
         })?;
     // The recovery decoded every stored row once; what it freed goes back
