@@ -439,14 +439,37 @@ pub(crate) fn obligations_named(payload: &[u8]) -> Vec<String> {
         c = end;
         Some((op, t, k))
     };
-    while let Some((_, t, k)) = next() {
-        let named = Table::ALL
+    let names = |t: u8| {
+        Table::ALL
             .get(usize::from(t))
-            .is_some_and(|t| matches!(t, Table::Pending | Table::Terminal));
-        if named {
-            if let Ok(id) = std::str::from_utf8(k) {
-                if !out.iter().any(|o| o == id) {
-                    out.push(id.to_string());
+            .is_some_and(|t| matches!(t, Table::Pending | Table::Terminal))
+    };
+    let mut add = |k: &[u8]| {
+        if let Ok(id) = std::str::from_utf8(k) {
+            if !out.iter().any(|o| o == id) {
+                out.push(id.to_string());
+            }
+        }
+    };
+    while let Some((_, t, k)) = next() {
+        if names(t) {
+            add(k);
+        }
+    }
+    // Past bytes that do not decode (a zeroed or overwritten piece), every
+    // write header that still reads as one on a pending or finished row,
+    // with a printable key, names its obligation.
+    for i in 0..payload.len() {
+        let (Some(&op), Some(&t)) = (payload.get(i), payload.get(i + 1)) else {
+            break;
+        };
+        let Some(klen) = u32_at(payload, i + 2).and_then(|n| usize::try_from(n).ok()) else {
+            continue;
+        };
+        if (op == 1 || op == 2) && names(t) && (1..=256).contains(&klen) {
+            if let Some(k) = payload.get(i + 6..i + 6 + klen) {
+                if k.iter().all(|c| c.is_ascii_graphic()) {
+                    add(k);
                 }
             }
         }
