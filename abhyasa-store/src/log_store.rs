@@ -2772,6 +2772,12 @@ mod tests {
                 });
                 refused_and_accounted(&disk, &recs, s0..s0 + 512, &format!("copied at {k}"));
             }
+            // The last commit wholly zeroed, room after it: zeros are
+            // never room below the witnessed length.
+            let (disk, recs) = acked();
+            let gone = recs[N - 1].1.start..recs[N - 1].1.end + 64;
+            mutate(&disk, |b| b[gone.clone()].fill(0));
+            refused_and_accounted(&disk, &recs, gone, "the last commit zeroed");
             // A sector of room copied over the last commit: fill, but
             // another offset's, so not a tear.
             let (disk, recs) = acked();
