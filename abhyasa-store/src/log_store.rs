@@ -335,12 +335,12 @@ pub struct LogOptions {
     /// snapshot is in place before its log has grown to half its size.
     /// Default 1 MiB.
     pub checkpoint_chunk_bytes: usize,
-    /// A log is grown this many bytes at a time, with zeros, synced
+    /// A log is grown this many bytes at a time, with fill, synced
     /// before any commit is written there: a commit then overwrites bytes
     /// the file already has, and its `fdatasync` writes only the data (a
     /// write that grows a file also has the file's size to write, a second
     /// synchronous write on ext4). 0 grows the log commit by commit.
-    /// Default 512 KiB: the commit that grows the log waits for the zeros
+    /// Default 512 KiB: the commit that grows the log waits for the fill
     /// to reach the disk, and 4 MiB at a time stalled the pipeline
     /// behind it long enough to cost more custody throughput than the
     /// shorter syncs gained (issue 14).
@@ -443,7 +443,8 @@ pub struct LogStore {
     gen: u64,
     /// Bytes of commits in `log-{gen}`.
     log_bytes: u64,
-    /// Bytes `log-{gen}` has on disk, synced: from `log_bytes` on, zeros.
+    /// Bytes `log-{gen}` has on disk, synced and witnessed in its header:
+    /// from `log_bytes` on, fill.
     /// Kept only while logs grow ahead ([`LogOptions::preallocate_bytes`]
     /// above 0); with 0 it stays what the open found and is never read.
     log_room: u64,
@@ -1931,12 +1932,12 @@ impl Store for LogStore {
 
     /// Grows the log ahead of the commits while nothing waits: when less
     /// than half a step ([`LogOptions::preallocate_bytes`]) of synced
-    /// zeros is left, one more step. Under light load the commit that would have
+    /// fill is left, one more step. Under light load the commit that would have
     /// crossed the end then finds the room there and does not wait for
-    /// the zeros to be written and synced (0.6–4 ms on the development
+    /// the fill to be written and synced (0.6–4 ms on the development
     /// machine, strace); under saturation the thread is
     /// rarely idle and commits grow the log as before. Reads are
-    /// unchanged (the zeros are past every commit). A failed write or
+    /// unchanged (the fill is past every commit). A failed write or
     /// sync poisons the store as one in a commit does.
     fn idle(&mut self) -> Result<(), StoreError> {
         let step = self.options.preallocate_bytes;
@@ -2275,7 +2276,7 @@ mod tests {
     fn idle_grows_the_log_ahead_so_commits_need_not() {
         const STEP: u64 = 4096;
         let (disk, options, mut s) = growing_by(STEP);
-        // With half a step of zeros or more ahead, idle writes nothing.
+        // With half a step of fill or more ahead, idle writes nothing.
         assert!(s.log_room >= s.log_bytes + STEP / 2);
         let (bytes, grown) = (disk.bytes(), disk.files().growing_syncs);
         s.idle().unwrap();
@@ -2296,7 +2297,7 @@ mod tests {
         assert!(s.log_bytes > old_end);
         assert_eq!(disk.files().growing_syncs, grown + 1);
 
-        // Reopened: the same rows; the zeros are room.
+        // Reopened: the same rows; the fill is room.
         let tables = rows_of(&s);
         drop(s);
         let mut s = LogStore::open_on(disk.clone(), options.clone()).unwrap();
@@ -2322,7 +2323,7 @@ mod tests {
         let (disk, options, mut s) = growing_by(STEP);
         let grown = disk.files().growing_syncs;
         assert_eq!(log_len(&disk, &s), STEP as usize);
-        // Commits that fit in the zeros leave the file's length alone:
+        // Commits that fit in the fill leave the file's length alone:
         // none of their syncs has a new length to write.
         for i in 0..20u8 {
             put_meta(&mut s, &[b'k', i], 40);
@@ -2337,7 +2338,7 @@ mod tests {
         assert!(room > STEP as usize);
         assert_eq!(log_len(&disk, &s), room);
 
-        // Reopened: the zeros are room, not a torn commit.
+        // Reopened: the fill is room, not a torn commit.
         let tables = rows_of(&s);
         let log_bytes = s.log_bytes;
         drop(s);
