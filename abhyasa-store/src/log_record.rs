@@ -13,8 +13,9 @@
 //!
 //! - **Header slots** witness the log's synced length (`room`) and whether
 //!   a later log was started (`followed`). They are written alternately,
-//!   each after the bytes it witnesses are synced, so one whole slot always
-//!   holds what was true; the newer whole one is in force. A file shorter
+//!   each after the bytes it witnesses are synced (the new length with the
+//!   next commit, under its sync), so one whole slot always holds what was
+//!   true; the newer whole one is in force. A file shorter
 //!   than its witnessed room was truncated; a newest log that says a later
 //!   one was started lost its successor.
 //! - **Records** carry a header checksum (`hcrc`, over the generation, the

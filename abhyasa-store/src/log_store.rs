@@ -451,6 +451,9 @@ pub struct LogStore {
     /// The header slot of `log-{gen}` in force (the next header write
     /// goes to the other one).
     log_slot: usize,
+    /// The length the header of `log-{gen}` witnesses (`log_room` once
+    /// the next commit's sync has made the slot durable).
+    witnessed: u64,
     /// Bytes in every log since the snapshot in force.
     logged_since_snap: u64,
     snap_bytes: u64,
@@ -1309,6 +1312,7 @@ impl LogStore {
             log_bytes,
             log_room,
             log_slot,
+            witnessed: log_room,
             logged_since_snap,
             snap_bytes,
             checkpoint: None,
@@ -1427,6 +1431,7 @@ impl LogStore {
         if let Err(e) = self
             .make_room(&name, rec.len() as u64)
             .and_then(|()| self.disk.write_at(&name, self.log_bytes, rec))
+            .and_then(|()| self.witness_room(&name))
             .and_then(|()| self.disk.sync(&name))
         {
             roll_back(&mut self.tables, rec, undo);
@@ -1470,8 +1475,28 @@ impl LogStore {
             at += n as u64;
         }
         self.disk.sync(name)?;
-        self.write_header(room, false)?;
         self.log_room = room;
+        Ok(())
+    }
+
+    /// After the log has grown: writes the header slot not in force,
+    /// witnessing the new (already synced) length, for the commit's own
+    /// `fdatasync` to make durable — no sync of its own. Whether it lands
+    /// or not, the slot in force says what is true.
+    fn witness_room(&mut self, name: &str) -> io::Result<()> {
+        if self.log_room <= self.witnessed {
+            return Ok(());
+        }
+        let slot = (self.log_slot + 1) % 2;
+        let h = LogHeader {
+            gen: self.gen,
+            room: self.log_room,
+            followed: false,
+        };
+        self.disk
+            .write_at(name, LogHeader::slot_offset(slot), &h.encode())?;
+        self.log_slot = slot;
+        self.witnessed = self.log_room;
         Ok(())
     }
 
@@ -1491,6 +1516,7 @@ impl LogStore {
             .write_at(&name, LogHeader::slot_offset(slot), &h.encode())?;
         self.disk.sync(&name)?;
         self.log_slot = slot;
+        self.witnessed = self.witnessed.max(room);
         Ok(())
     }
 
@@ -1565,6 +1591,7 @@ impl LogStore {
         self.gen = next;
         self.log_bytes = LOG_HEADER as u64;
         self.log_room = LOG_HEADER as u64;
+        self.witnessed = LOG_HEADER as u64;
         self.log_slot = 0;
         self.checkpoint = Some(Checkpoint {
             gen: next,
