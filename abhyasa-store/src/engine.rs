@@ -319,6 +319,15 @@ pub(crate) fn finish_rebuild(
     init_format(txn)
 }
 
+/// Makes the next event id at least `past` (after a repair dropped the
+/// record that last advanced it).
+pub(crate) fn raise_next_event(txn: &mut dyn Txn, past: u64) -> Result<(), StoreError> {
+    if next_event(txn.get(Table::Meta, META_NEXT_EVENT)?)? < past {
+        txn.put(Table::Meta, META_NEXT_EVENT, &u64_key(past))?;
+    }
+    Ok(())
+}
+
 fn next_event(get: Option<Vec<u8>>) -> Result<u64, StoreError> {
     match get {
         None => Ok(0),

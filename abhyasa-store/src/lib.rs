@@ -111,6 +111,7 @@ mod engine;
 mod fjall_store;
 mod index;
 pub mod kv;
+mod log_record;
 mod log_store;
 mod reads;
 mod redb_store;
@@ -125,9 +126,21 @@ use abhyasa_core::Timestamp;
 
 pub use engine::{CorruptRow, QuarantinedRow, FORMAT_VERSION};
 pub use fjall_store::FjallStore;
-pub use log_store::{read_image_at, FsDisk, LogDisk, LogOptions, LogStore};
+pub use log_store::{read_image_at, FsDisk, LogDisk, LogOptions, LogRepair, LogStore};
 pub use redb_store::RedbStore;
 pub use sled_store::SledStore;
+
+/// Entry points for the fuzz targets (`fuzz/`): not an interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `data` as a log store's log (both versions, for a node's
+    /// open and for a check) and as its snapshot. Never panics; `Err` names
+    /// a broken rule (an error that is not a typed damage report, or a
+    /// value placed outside the bytes).
+    pub fn log_store_decode(data: &[u8]) -> Result<(), String> {
+        crate::log_store::decode_all(data)
+    }
+}
 
 /// Creates a new database at `path` (a file or a directory) under a
 /// temporary name, `<path>.creating`: `build` initialises it there (tables,
@@ -164,9 +177,62 @@ fn create_then_rename(
         .map_err(io("sync the database's directory"))
 }
 
+/// A damaged place in a store's files (C-SD-2): what
+/// [`StoreError::Damaged`] names, and what [`Repair::damage`] lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The file, relative to the store's directory.
+    pub file: String,
+    /// The byte of `file` where the damage starts.
+    pub offset: u64,
+    /// What is wrong there.
+    pub detail: String,
+    /// The obligations whose rows the damaged bytes held, as far as they
+    /// can still be read.
+    pub obligations: Vec<String>,
+}
+
+impl From<Damage> for StoreError {
+    fn from(d: Damage) -> Self {
+        StoreError::Damaged {
+            file: d.file,
+            offset: d.offset,
+            detail: d.detail,
+            obligations: d.obligations,
+        }
+    }
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}: {}", self.file, self.offset, self.detail)?;
+        if !self.obligations.is_empty() {
+            write!(f, "; obligations affected: {}", self.obligations.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`StoreKind::repair`] found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RepairReport {
+    /// Where the files it changed were copied first, verbatim (`None`: it
+    /// changed no file).
+    pub saved_to: Option<std::path::PathBuf>,
+    /// Every damaged place it found.
+    pub damage: Vec<Damage>,
+    /// Rows that did not decode, moved into quarantine.
+    pub quarantined: Vec<QuarantinedRow>,
+    /// The obligations named by damaged bytes that the repaired store
+    /// holds neither as pending nor as finished: custody it could not
+    /// recover.
+    pub lost: Vec<String>,
+}
+
 /// Offline inspection and repair of an embedded store, for a node that
-/// refuses to start because a row does not decode (`abhyasa store check`,
-/// `abhyasa store quarantine`, `abhyasa store quarantined`).
+/// refuses to start because a row does not decode or a file is damaged
+/// (`abhyasa store check`, `abhyasa store repair`, `abhyasa store
+/// quarantine`, `abhyasa store quarantined`).
 ///
 /// A store never writes a row it cannot read back
 /// ([`StoreError::Unwritable`]), so a corrupt row means damage from outside
@@ -183,6 +249,12 @@ pub trait Repair {
     fn quarantine(&mut self, now: Timestamp) -> Result<Vec<QuarantinedRow>, StoreError>;
     /// The entries moved aside so far.
     fn quarantined(&self) -> Result<Vec<QuarantinedRow>, StoreError>;
+    /// Every damaged place in the store's files that the open for check
+    /// read around (C-SD-2, C-SD-3). A store that refuses to open on
+    /// damage instead of listing it returns none.
+    fn damage(&self) -> Vec<Damage> {
+        Vec::new()
+    }
 }
 
 /// Tuning shared by the backends.
@@ -259,6 +331,43 @@ impl StoreKind {
             StoreKind::Log => Box::new(LogStore::open(path)?),
             StoreKind::Fjall => Box::new(FjallStore::open_with(path, options)?),
         })
+    }
+}
+
+impl StoreKind {
+    /// Opens a store of this kind to be checked (no node may hold it): the
+    /// log store reads only, changes no byte and lists damage instead of
+    /// refusing it (C-SD-3); the others open as for [`Repair`].
+    pub fn open_for_check(
+        self,
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+    ) -> Result<Box<dyn Repair>, StoreError> {
+        match self {
+            StoreKind::Log => Ok(Box::new(LogStore::open_for_check(path)?)),
+            other => other.open_for_repair(path, options),
+        }
+    }
+
+    /// Repairs a store of this kind (no node may hold it): the log store
+    /// salvages around damaged files ([`LogStore::repair`]); then every
+    /// row that does not decode is quarantined ([`Repair::quarantine`]).
+    pub fn repair(
+        self,
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+        now: Timestamp,
+    ) -> Result<RepairReport, StoreError> {
+        let mut report = RepairReport::default();
+        if self == StoreKind::Log {
+            let r = LogStore::repair(path.as_ref(), now)?;
+            report.saved_to = r.saved_to;
+            report.damage = r.damage;
+            report.lost = r.lost;
+        }
+        let mut store = self.open_for_repair(path, options)?;
+        report.quarantined = store.quarantine(now)?;
+        Ok(report)
     }
 }
 

@@ -487,6 +487,32 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// A file of the store is damaged (C-SD-2): bytes that were synced no
+    /// longer read back whole (a flipped bit, a zeroed or misdirected
+    /// sector, a truncated or missing file), and the damage is not a torn
+    /// final write the store can prove was never acknowledged. Nothing was
+    /// truncated or rewritten; the store refused to open. `abhyasa store
+    /// check` lists every such place and `abhyasa store repair` salvages
+    /// around it.
+    #[error(
+        "damaged store file {file} at byte {offset}: {detail}{}",
+        if obligations.is_empty() {
+            String::new()
+        } else {
+            format!("; obligations affected: {}", obligations.join(", "))
+        }
+    )]
+    Damaged {
+        /// The file, relative to the store's directory.
+        file: String,
+        /// The byte of `file` where the damage starts.
+        offset: u64,
+        /// What is wrong there.
+        detail: String,
+        /// The ids of the obligations whose rows the damaged bytes held,
+        /// as far as they can still be read (empty when none can).
+        obligations: Vec<String>,
+    },
     /// A record would be written in a form that does not read back as the
     /// same record (for instance an obligation whose stored form no longer
     /// has its digest). The whole commit was refused and nothing was

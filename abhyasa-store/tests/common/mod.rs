@@ -133,59 +133,14 @@ impl Kind {
 }
 
 /// Writes `value` (or deletes, `None`) at `key` of `table` in the log
-/// store in `dir`, as the store itself would: one record written after
-/// the last commit of its current log, framed and checksummed as
-/// `log_store.rs` documents (`len | crc32(gen, offset, len, payload) |
-/// payload`). The tests use it to plant rows the store would never write.
+/// store in `dir`, as one commit of the store's own that bypasses the
+/// engine's rules (`LogStore::plant_raw`). The tests use it to plant rows
+/// the store would never write.
 pub fn log_inject(dir: &std::path::Path, table: &str, key: &[u8], value: Option<&[u8]>) {
-    let t = abhyasa_store::kv::KvTable::all()
-        .position(|t| t.name() == table)
-        .unwrap();
-    let gen = std::fs::read_dir(dir)
+    abhyasa_store::LogStore::open(dir)
         .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().into_string().unwrap();
-            n.strip_prefix("log-").and_then(|g| g.parse::<u64>().ok())
-        })
-        .max()
+        .plant_raw(table, key, value)
         .unwrap();
-    let path = dir.join(format!("log-{gen}"));
-    // The end of its last commit: the store grows a log with zeros ahead
-    // of its commits, and a zero length ends the walk.
-    let b = std::fs::read(&path).unwrap();
-    let mut end = 0usize;
-    while let Some(h) = b.get(end..end + 4) {
-        let len = u32::from_le_bytes(h.try_into().unwrap()) as usize;
-        if len == 0 {
-            break;
-        }
-        end += 8 + len;
-    }
-    let offset = u64::try_from(end).unwrap();
-    let mut p = vec![
-        if value.is_some() { 1u8 } else { 2 },
-        u8::try_from(t).unwrap(),
-    ];
-    p.extend_from_slice(&u32::try_from(key.len()).unwrap().to_le_bytes());
-    p.extend_from_slice(key);
-    if let Some(v) = value {
-        p.extend_from_slice(&u32::try_from(v.len()).unwrap().to_le_bytes());
-        p.extend_from_slice(v);
-    }
-    let len = u32::try_from(p.len()).unwrap().to_le_bytes();
-    let mut h = crc32fast::Hasher::new();
-    h.update(&gen.to_le_bytes());
-    h.update(&offset.to_le_bytes());
-    h.update(&len);
-    h.update(&p);
-    let mut rec = len.to_vec();
-    rec.extend_from_slice(&h.finalize().to_le_bytes());
-    rec.extend_from_slice(&p);
-    use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(&rec).unwrap();
-    f.sync_data().unwrap();
 }
 
 /// Writes `value` (or deletes, `None`) at `key` of `table` in the fjall

@@ -113,7 +113,15 @@ async fn serve(a: RunArgs) -> Result<(), String> {
         None => cfg
             .store
             .open(&cfg.store_path, &StoreOptions::default())
-            .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?,
+            .map_err(|e| match e {
+                // C-SD-2: refused, nothing changed; the operator's next step.
+                e @ StoreError::Damaged { .. } => format!(
+                    "store {}: {e}; {}",
+                    cfg.store_path.display(),
+                    super::store::damage_hint(&a.dir)
+                ),
+                e => format!("store {}: {e}", cfg.store_path.display()),
+            })?,
     };
 
     // QUIC for the peers it pins; WebSocket (dial only) for `transport =
@@ -168,6 +176,12 @@ async fn serve(a: RunArgs) -> Result<(), String> {
                 format!(
                     "node: store: {corrupt}; {}",
                     super::store::repair_hint(&a.dir)
+                )
+            }
+            NodeError::Store(damaged @ StoreError::Damaged { .. }) => {
+                format!(
+                    "node: store: {damaged}; {}",
+                    super::store::damage_hint(&a.dir)
                 )
             }
             e => format!("node: {e}"),

@@ -1,12 +1,12 @@
-//! `abhyasa store check | quarantine | quarantined`: offline inspection and
-//! repair of a node's store, for a node that refuses to start because a
-//! row does not decode. The node must be stopped (the store is opened
-//! directly).
+//! `abhyasa store check | repair | quarantine | quarantined`: offline
+//! inspection and repair of a node's store, for a node that refuses to
+//! start because a file is damaged or a row does not decode. The node must
+//! be stopped (the store is opened directly).
 
 use std::path::PathBuf;
 
 use abhyasa::clock::{Clock, SystemClock};
-use abhyasa_store::{QuarantinedRow, StoreOptions};
+use abhyasa_store::{Damage, QuarantinedRow, StoreOptions};
 use serde_json::{json, Value};
 
 use crate::config::NodeConfig;
@@ -14,9 +14,15 @@ use crate::config::NodeConfig;
 /// The `store` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum StoreCommand {
-    /// Lists every row of the node's store that does not decode; exits 1 if
-    /// there is any.
+    /// Lists every damaged place in the store's files (file, offset,
+    /// obligations affected) and every row that does not decode; exits 1
+    /// if there is any. Reads only: no byte of the store changes.
     Check(StoreArgs),
+    /// Salvages a damaged store: copies its files verbatim into
+    /// `<store>/damaged-<time>/`, keeps every record before and after each
+    /// damaged place, quarantines rows that do not decode, and lists the
+    /// obligations it could not recover.
+    Repair(StoreArgs),
     /// Moves every row that does not decode into the store's `quarantine`
     /// table (bytes kept verbatim), so the node starts on all the others.
     Quarantine(StoreArgs),
@@ -44,6 +50,26 @@ pub(crate) fn repair_hint(dir: &std::path::Path) -> String {
          `abhyasa store quarantine --dir {d}` moves them aside (kept verbatim, \
          listed by `abhyasa store quarantined --dir {d}`) and keeps every other row"
     )
+}
+
+/// The repair path printed when a node refuses to start on a damaged file.
+pub(crate) fn damage_hint(dir: &std::path::Path) -> String {
+    let d = dir.display();
+    format!(
+        "the node does not start on a damaged store, and nothing was changed. \
+         `abhyasa store check --dir {d}` lists every damaged place (it only reads); \
+         `abhyasa store repair --dir {d}` copies the files aside, keeps every record \
+         around the damage and names the obligations it could not recover"
+    )
+}
+
+fn damage_json(d: &Damage) -> Value {
+    json!({
+        "file": d.file,
+        "offset": d.offset,
+        "detail": d.detail,
+        "obligations": d.obligations,
+    })
 }
 
 fn quarantined_json(rows: &[QuarantinedRow]) -> Value {
@@ -78,46 +104,115 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
         StoreCommand::Check(a) => (a, 0),
         StoreCommand::Quarantine(a) => (a, 1),
         StoreCommand::Quarantined(a) => (a, 2),
+        StoreCommand::Repair(a) => (a, 3),
     };
     let cfg = NodeConfig::load(&a.dir)?;
     if cfg.postgres.is_some() {
         return Err(
-            "store check/quarantine are for the embedded stores (redb, sled, log, fjall); \
-                    a PostgreSQL store is checked with the database's own tools"
+            "store check/repair/quarantine are for the embedded stores (redb, sled, log, \
+             fjall); a PostgreSQL store is checked with the database's own tools"
                 .into(),
         );
     }
+    let fail = |e| format!("store {}: {e}", cfg.store_path.display());
+    let options = StoreOptions::default();
+    if what == 0 {
+        // C-SD-3: opened to read only; damage is listed, not refused.
+        let store = cfg
+            .store
+            .open_for_check(&cfg.store_path, &options)
+            .map_err(fail)?;
+        let damage = store.damage();
+        let bad = store.check().map_err(fail)?;
+        let v = Value::Array(
+            damage
+                .iter()
+                .map(damage_json)
+                .chain(
+                    bad.iter()
+                        .map(|b| json!({"table": b.table, "key": b.key, "detail": b.detail})),
+                )
+                .collect(),
+        );
+        let mut text = String::new();
+        for d in &damage {
+            text.push_str(&format!("damaged: {d}\n"));
+        }
+        for b in &bad {
+            text.push_str(&format!("{}/{}: {}\n", b.table, b.key, b.detail));
+        }
+        if damage.is_empty() && bad.is_empty() {
+            text.push_str("no file is damaged and every row decodes\n");
+        }
+        print(a.json, &v, &text)?;
+        return if !damage.is_empty() {
+            Err(format!(
+                "{} damaged place(s); `abhyasa store repair --dir {}` salvages around them",
+                damage.len(),
+                a.dir.display()
+            ))
+        } else if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} unreadable row(s); `abhyasa store quarantine --dir {}` moves them aside",
+                bad.len(),
+                a.dir.display()
+            ))
+        };
+    }
+    if what == 3 {
+        let r = cfg
+            .store
+            .repair(&cfg.store_path, &options, SystemClock.now())
+            .map_err(fail)?;
+        let v = json!({
+            "saved_to": r.saved_to.as_ref().map(|p| p.display().to_string()),
+            "damage": r.damage.iter().map(damage_json).collect::<Vec<_>>(),
+            "quarantined": quarantined_json(&r.quarantined),
+            "lost": r.lost,
+        });
+        let mut text = String::new();
+        for d in &r.damage {
+            text.push_str(&format!("damaged: {d}\n"));
+        }
+        if let Some(p) = &r.saved_to {
+            text.push_str(&format!("the files as they were are in {}\n", p.display()));
+        }
+        for q in &r.quarantined {
+            text.push_str(&format!(
+                "quarantined {}/{}: {}\n",
+                q.table, q.key, q.detail
+            ));
+        }
+        for o in &r.lost {
+            text.push_str(&format!("not recovered: {o}\n"));
+        }
+        if r.damage.is_empty() && r.quarantined.is_empty() {
+            text.push_str("nothing to repair\n");
+        } else {
+            text.push_str(&format!(
+                "{} damaged place(s) read around, {} row(s) quarantined, {} obligation(s) \
+                 not recovered\n",
+                r.damage.len(),
+                r.quarantined.len(),
+                r.lost.len()
+            ));
+        }
+        return print(a.json, &v, &text);
+    }
     let mut store = cfg
         .store
-        .open_for_repair(&cfg.store_path, &StoreOptions::default())
-        .map_err(|e| format!("store {}: {e}", cfg.store_path.display()))?;
-    let fail = |e| format!("store {}: {e}", cfg.store_path.display());
+        .open_for_repair(&cfg.store_path, &options)
+        .map_err(|e| match e {
+            e @ abhyasa_core::store::StoreError::Damaged { .. } => format!(
+                "store {}: {e}; `abhyasa store repair --dir {}` salvages a damaged store",
+                cfg.store_path.display(),
+                a.dir.display()
+            ),
+            e => fail(e),
+        })?;
     match what {
-        0 => {
-            let bad = store.check().map_err(fail)?;
-            let v = Value::Array(
-                bad.iter()
-                    .map(|b| json!({"table": b.table, "key": b.key, "detail": b.detail}))
-                    .collect(),
-            );
-            let mut text = String::new();
-            for b in &bad {
-                text.push_str(&format!("{}/{}: {}\n", b.table, b.key, b.detail));
-            }
-            if bad.is_empty() {
-                text.push_str("every row decodes\n");
-            }
-            print(a.json, &v, &text)?;
-            if bad.is_empty() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{} unreadable row(s); `abhyasa store quarantine --dir {}` moves them aside",
-                    bad.len(),
-                    a.dir.display()
-                ))
-            }
-        }
         1 => {
             let moved = store.quarantine(SystemClock.now()).map_err(fail)?;
             let mut text = String::new();
