@@ -213,20 +213,121 @@ async fn connection(stream: UnixStream, node: Node, peers: Arc<Vec<AgentId>>) {
     }
 }
 
+/// A request read and checked: every field the client wrote is validated
+/// here, before the node is touched.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Command {
+    Offer {
+        obligation: Obligation,
+        wait: bool,
+    },
+    Status {
+        id: ObligationId,
+    },
+    List {
+        state: Option<ListState>,
+        limit: usize,
+        after: Option<ObligationId>,
+    },
+    Inbox,
+    Escalations {
+        limit: usize,
+        after: Option<EventId>,
+        decisions_after: Option<ObligationId>,
+    },
+    Decide {
+        key: GovernedKey,
+        decision: Authorization,
+        sequence: Option<Sequence>,
+    },
+    Resolve {
+        id: ObligationId,
+        resolution: Resolution,
+    },
+    Metrics,
+    Authorizations,
+    Leases,
+}
+
+/// Reads one request line (C-T-6: any text gets a command or a typed
+/// `bad_request` / `invalid_obligation` error, never a panic).
+pub(crate) fn parse(line: &str) -> Result<Command, ControlError> {
+    let req: Request = serde_json::from_str(line)
+        .map_err(|e| ControlError::new("bad_request", format!("malformed request: {e}")))?;
+    let bad = |e: &dyn std::fmt::Display| ControlError::new("bad_request", e.to_string());
+    Ok(match req {
+        Request::Offer { obligation, wait } => Command::Offer {
+            obligation: Obligation::from_json(obligation.to_string().as_bytes())
+                .map_err(|e| ControlError::new("invalid_obligation", e.to_string()))?,
+            wait,
+        },
+        Request::Status { id } => Command::Status {
+            id: ObligationId::new(&id).map_err(|e| bad(&e))?,
+        },
+        Request::List {
+            state,
+            limit,
+            after,
+        } => Command::List {
+            state: match &state {
+                None => None,
+                Some(s) => Some(s.parse().map_err(|e: UnknownListState| bad(&e))?),
+            },
+            limit: limit.unwrap_or(DEFAULT_LIMIT),
+            after: after
+                .as_deref()
+                .map(|a| obligation_id("after", a))
+                .transpose()?,
+        },
+        Request::Inbox => Command::Inbox,
+        Request::Escalations {
+            limit,
+            after,
+            decisions_after,
+        } => Command::Escalations {
+            limit: limit.unwrap_or(DEFAULT_LIMIT),
+            after: after.map(EventId),
+            decisions_after: decisions_after
+                .as_deref()
+                .map(|a| obligation_id("decisions_after", a))
+                .transpose()?,
+        },
+        Request::Decide {
+            key,
+            decision,
+            sequence,
+        } => Command::Decide {
+            key: GovernedKey::new(&key).map_err(|e| bad(&e))?,
+            decision,
+            sequence: sequence.map(Sequence),
+        },
+        Request::Resolve {
+            obligation_id,
+            resolution,
+        } => Command::Resolve {
+            id: ObligationId::new(&obligation_id).map_err(|e| bad(&e))?,
+            resolution,
+        },
+        Request::Metrics => Command::Metrics,
+        Request::Authorizations => Command::Authorizations,
+        Request::Leases => Command::Leases,
+    })
+}
+
 /// One request to its result.
 pub(crate) async fn dispatch(
     node: &Node,
     peers: &[AgentId],
     line: &str,
 ) -> Result<Value, ControlError> {
-    let req: Request = serde_json::from_str(line)
-        .map_err(|e| ControlError::new("bad_request", format!("malformed request: {e}")))?;
-    tracing::debug!(?req, "control request");
+    let cmd = parse(line)?;
+    tracing::debug!(?cmd, "control request");
     let to_value = |v: &dyn erased::Ser| v.value();
-    match req {
-        Request::Offer { obligation, wait } => {
-            let ob = Obligation::from_json(obligation.to_string().as_bytes())
-                .map_err(|e| ControlError::new("invalid_obligation", e.to_string()))?;
+    match cmd {
+        Command::Offer {
+            obligation: ob,
+            wait,
+        } => {
             let id = ob.id().clone();
             let target = ob.target().clone();
             if !peers.contains(&target) {
@@ -254,9 +355,7 @@ pub(crate) async fn dispatch(
             }
             Ok(result)
         }
-        Request::Status { id } => {
-            let id = ObligationId::new(&id)
-                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
+        Command::Status { id } => {
             let v = node.status(&id).await?;
             if v.custodian.is_none() && v.receiver.is_empty() {
                 return Err(ControlError::new(
@@ -266,25 +365,13 @@ pub(crate) async fn dispatch(
             }
             Ok(to_value(&v))
         }
-        Request::List {
+        Command::List {
             state,
             limit,
             after,
         } => {
-            let state: Option<ListState> = match &state {
-                None => None,
-                Some(s) => Some(s.parse().map_err(|e: UnknownListState| {
-                    ControlError::new("bad_request", e.to_string())
-                })?),
-            };
-            let after = after
-                .as_deref()
-                .map(|a| obligation_id("after", a))
-                .transpose()?;
             // An indexed read of one page (issue 11 §5), never a scan.
-            let page = node
-                .list(state, after, limit.unwrap_or(DEFAULT_LIMIT))
-                .await?;
+            let page = node.list(state, after, limit).await?;
             let items: Vec<Value> = page
                 .items
                 .iter()
@@ -305,18 +392,13 @@ pub(crate) async fn dispatch(
                 "next": page.next.as_ref().map(|n| n.as_str()),
             }))
         }
-        Request::Inbox => Ok(to_value(&node.inbox().await?)),
-        Request::Escalations {
+        Command::Inbox => Ok(to_value(&node.inbox().await?)),
+        Command::Escalations {
             limit,
             after,
             decisions_after,
         } => {
-            let limit = limit.unwrap_or(DEFAULT_LIMIT);
-            let decisions_after = decisions_after
-                .as_deref()
-                .map(|a| obligation_id("decisions_after", a))
-                .transpose()?;
-            let escalations = node.escalations(after.map(EventId), limit).await?;
+            let escalations = node.escalations(after, limit).await?;
             let decisions = node.decisions(decisions_after, limit).await?;
             let items: Vec<Value> = escalations
                 .items
@@ -336,27 +418,14 @@ pub(crate) async fn dispatch(
                 "decisions_next": decisions.next.as_ref().map(|n| n.as_str()),
             }))
         }
-        Request::Decide {
+        Command::Decide {
             key,
             decision,
             sequence,
-        } => {
-            let key = GovernedKey::new(&key)
-                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
-            Ok(to_value(
-                &node.decide(key, decision, sequence.map(Sequence)).await?,
-            ))
-        }
-        Request::Resolve {
-            obligation_id,
-            resolution,
-        } => {
-            let id = ObligationId::new(&obligation_id)
-                .map_err(|e| ControlError::new("bad_request", e.to_string()))?;
-            Ok(to_value(&node.resolve(id, resolution).await?))
-        }
-        Request::Metrics => Ok(to_value(&node.metrics().await?)),
-        Request::Authorizations => {
+        } => Ok(to_value(&node.decide(key, decision, sequence).await?)),
+        Command::Resolve { id, resolution } => Ok(to_value(&node.resolve(id, resolution).await?)),
+        Command::Metrics => Ok(to_value(&node.metrics().await?)),
+        Command::Authorizations => {
             // From the store: only what is durable is shown (C-ND-2).
             let ds = node.durable_state().await?;
             let mut rows: Vec<Value> = ds
@@ -378,7 +447,7 @@ pub(crate) async fn dispatch(
             rows.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
             Ok(Value::Array(rows))
         }
-        Request::Leases => crate::cmd::leases::answer(node).await,
+        Command::Leases => crate::cmd::leases::answer(node).await,
     }
 }
 
