@@ -4,7 +4,8 @@
 
 use std::process::ExitCode;
 
-use abhyasa_checker::{check, CheckConfig, Preset, RunOptions, Search};
+use abhyasa_checker::hostile::{self, HostileConfig};
+use abhyasa_checker::{check, CheckConfig, CheckReport, Preset, RunOptions, Search};
 use clap::Parser;
 
 /// Exhaustive bounded model check of the real abhyasa-core custodian and
@@ -15,6 +16,12 @@ struct Args {
     /// Bounds to explore: small | default | large.
     #[arg(long, default_value = "default")]
     config: Preset,
+    /// Check the hostile-relay model instead (C-OR-2, C-AZ-2):
+    /// two-issuers | alice-only. `--set` then takes its keys
+    /// (second_issuer alice_grants alice_grant_sequence second_grant_sequence replays
+    /// drops deadline max_retries base cap skew offer_window horizon).
+    #[arg(long, value_name = "CONFIG")]
+    hostile: Option<String>,
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -59,8 +66,49 @@ fn mutated(_: CheckConfig, _: &str) -> Result<CheckConfig, String> {
     Err("mutation variants need `cargo run -p abhyasa-checker --features mutations`".into())
 }
 
+fn run_hostile(args: &Args, name: &str, opts: RunOptions) -> Result<CheckReport, ExitCode> {
+    let mut config = match name {
+        "two-issuers" => HostileConfig::two_issuers(),
+        "alice-only" => HostileConfig::alice_only(),
+        other => {
+            eprintln!("unknown hostile configuration {other:?}: expected two-issuers | alice-only");
+            return Err(ExitCode::from(2));
+        }
+    };
+    for kv in &args.set {
+        if let Err(e) = config.set(kv) {
+            eprintln!("--set {kv}: {e}");
+            return Err(ExitCode::from(2));
+        }
+    }
+    hostile::check(config, opts).map_err(|e| {
+        eprintln!("invalid configuration: {e}");
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(name) = &args.hostile {
+        let opts = RunOptions {
+            threads: args.threads.unwrap_or(RunOptions::default().threads),
+            max_states: args.max_states,
+            search: args.search.unwrap_or_default(),
+            progress: (args.progress > 0).then(|| std::time::Duration::from_secs(args.progress)),
+            stop_at_first_failure: false,
+        };
+        return match run_hostile(&args, name, opts) {
+            Ok(report) => {
+                println!("{report}");
+                if report.counterexamples.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(code) => code,
+        };
+    }
     let mut config = CheckConfig::preset(args.config);
     for kv in &args.set {
         if let Err(e) = config.set(kv) {
