@@ -111,6 +111,8 @@ impl Observation {
             probes,
             principal_writes: Vec::new(),
             pending_at_end: Vec::new(),
+            authority_writes: Vec::new(),
+            latest_withholds: Vec::new(),
         }
     }
 }

@@ -147,6 +147,8 @@ fn trace(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> (Trace, Vec<Stri
             })
             .collect(),
         pending_at_end: pending,
+        authority_writes: t.authority_writes.clone(),
+        latest_withholds: t.latest_withholds.clone(),
     };
     (trace, unmatched)
 }
