@@ -17,9 +17,10 @@ struct Args {
     #[arg(long, default_value = "default")]
     config: Preset,
     /// Check the hostile-relay model instead (C-OR-2, C-AZ-2):
-    /// two-issuers | alice-only. `--set` then takes its keys
-    /// (second_issuer alice_grants alice_grant_sequence second_grant_sequence replays
-    /// drops deadline max_retries base cap skew offer_window horizon).
+    /// two-issuers | alice-only | regrant. `--set` then takes its keys
+    /// (second_issuer, alice=grant,revoke (`grant@5`: a caller-given
+    /// sequence), second_grant_sequence, replays, drops, deadline,
+    /// max_retries, base, cap, skew, offer_window, horizon).
     #[arg(long, value_name = "CONFIG")]
     hostile: Option<String>,
     /// Worker threads (default: every core).
@@ -70,8 +71,12 @@ fn run_hostile(args: &Args, name: &str, opts: RunOptions) -> Result<CheckReport,
     let mut config = match name {
         "two-issuers" => HostileConfig::two_issuers(),
         "alice-only" => HostileConfig::alice_only(),
+        "regrant" => HostileConfig::regrant(),
         other => {
-            eprintln!("unknown hostile configuration {other:?}: expected two-issuers | alice-only");
+            eprintln!(
+                "unknown hostile configuration {other:?}: expected two-issuers | alice-only | \
+                 regrant"
+            );
             return Err(ExitCode::from(2));
         }
     };

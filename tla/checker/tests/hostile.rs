@@ -39,7 +39,7 @@ fn c_or_2_late_grant_undoes_an_applied_revoke() {
 #[test]
 fn c_or_2_sequenced_grant_unsequenced_revoke() {
     let mut c = HostileConfig::alice_only();
-    c.set("alice_grant_sequence=1").expect("known key");
+    c.set("alice=grant@1,revoke").expect("known key");
     let r = run(c);
     assert_caught(&r, properties::CUSTODY_TRUTHFUL);
 }
@@ -58,7 +58,7 @@ fn c_az_2_second_issuer_overrides_alices_revoke() {
 #[test]
 fn c_az_2_second_issuers_grant_after_alices_revoke() {
     let mut c = HostileConfig::two_issuers();
-    c.set("alice_grants=false").expect("known key");
+    c.set("alice=revoke").expect("known key");
     let r = run(c);
     assert_caught(&r, properties::ISSUERS_APART);
     assert_caught(&r, properties::REVOKE_STAYS);

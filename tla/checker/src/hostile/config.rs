@@ -13,6 +13,58 @@ pub enum SecondIssuer {
     Peer,
 }
 
+/// One of alice's decisions on scope `s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Grant (best-effort, widening) or revoke (under custody, withholding).
+    pub grant: bool,
+    /// The sequence her caller gives it (`None`: none, as `abhyasa send`
+    /// does by default, so whatever it carries is what her node assigns;
+    /// `Some`: a caller-sequenced decision, as a leased grant's renewal
+    /// chain is).
+    pub caller_sequence: Option<u64>,
+}
+
+impl Decision {
+    /// A grant without a caller-given sequence.
+    pub const GRANT: Decision = Decision {
+        grant: true,
+        caller_sequence: None,
+    };
+    /// A revoke without a caller-given sequence.
+    pub const REVOKE: Decision = Decision {
+        grant: false,
+        caller_sequence: None,
+    };
+
+    /// `grant` / `revoke`, optionally `@SEQUENCE`.
+    fn parse(s: &str) -> Result<Self, String> {
+        let (word, seq) = match s.split_once('@') {
+            Some((w, q)) => (w, Some(q.parse::<u64>().map_err(|e| format!("{q}: {e}"))?)),
+            None => (s, None),
+        };
+        let grant = match word {
+            "grant" => true,
+            "revoke" => false,
+            other => return Err(format!("{other:?}: expected grant | revoke")),
+        };
+        Ok(Self {
+            grant,
+            caller_sequence: seq,
+        })
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.grant { "grant" } else { "revoke" })?;
+        match self.caller_sequence {
+            Some(q) => write!(f, "@{q}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Bounds of one run. Every obligation is an Anumati consent decision on
 /// scope `s` for the edge, created at time 0 with the same custody profile.
 #[derive(Clone, Debug)]
@@ -21,14 +73,9 @@ pub struct HostileConfig {
     pub name: String,
     /// The second issuer, if any.
     pub second_issuer: SecondIssuer,
-    /// Whether alice grants the scope before she revokes it (else she only
-    /// revokes, and any grant the edge ends with came from someone else).
-    pub alice_grants: bool,
-    /// The sequence alice's caller gives her grant (`None`: none, as
-    /// `abhyasa send` does by default; `Some`: a sequenced grant, as a
-    /// leased grant's renewal chain has). Alice's revoke never gets one from
-    /// its caller: whatever sequence it carries is the one her node assigns.
-    pub alice_grant_sequence: Option<u64>,
+    /// Alice's decisions on scope `s`, in the order she issues them; the
+    /// last is her latest decision.
+    pub alice: Vec<Decision>,
     /// The sequence the second issuer puts on its grant. The second issuer
     /// is hostile: it may claim any sequence, so the default is far above
     /// anything alice issues.
@@ -59,13 +106,16 @@ impl fmt::Display for HostileConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: second issuer {:?}, alice grants first {}, alice's grant sequence {:?}, second issuer's grant \
+            "{}: second issuer {:?}, alice decides {}, second issuer's grant \
              sequence {:?}, replays {}, drops {}, deadline {}s, max_retries {}, backoff \
              {}s..{}s, skew {}s, offers before {}s, horizon {}s",
             self.name,
             self.second_issuer,
-            self.alice_grants,
-            self.alice_grant_sequence,
+            self.alice
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" then "),
             self.second_grant_sequence,
             self.replays,
             self.drops,
@@ -91,8 +141,7 @@ impl HostileConfig {
         Self {
             name: "hostile-relay".into(),
             second_issuer: SecondIssuer::Peer,
-            alice_grants: true,
-            alice_grant_sequence: None,
+            alice: vec![Decision::GRANT, Decision::REVOKE],
             second_grant_sequence: Some(1_000),
             replays: 1,
             drops: true,
@@ -116,6 +165,17 @@ impl HostileConfig {
         }
     }
 
+    /// Alice revokes, then grants again (her latest decision widens): the
+    /// guard must never refuse her newest decision, held, reordered or
+    /// replayed as anything may be; with the second issuer.
+    pub fn regrant() -> Self {
+        Self {
+            name: "hostile-relay-regrant".into(),
+            alice: vec![Decision::REVOKE, Decision::GRANT],
+            ..Self::two_issuers()
+        }
+    }
+
     /// Overrides one bound from `key=value` (see the binary's `--set`).
     pub fn set(&mut self, kv: &str) -> Result<(), String> {
         let (k, v) = kv.split_once('=').ok_or("expected KEY=VALUE")?;
@@ -134,8 +194,15 @@ impl HostileConfig {
                     other => return Err(format!("{other:?}: expected none | peer")),
                 }
             }
-            "alice_grants" => self.alice_grants = flag(v)?,
-            "alice_grant_sequence" => self.alice_grant_sequence = seq(v)?,
+            "alice" => {
+                self.alice = v
+                    .split(',')
+                    .map(Decision::parse)
+                    .collect::<Result<_, _>>()?;
+                if self.alice.is_empty() {
+                    return Err("alice needs at least one decision".into());
+                }
+            }
             "second_grant_sequence" => self.second_grant_sequence = seq(v)?,
             "replays" => self.replays = small(v)?,
             "drops" => self.drops = flag(v)?,

@@ -30,13 +30,6 @@ pub const ALICE: usize = 0;
 /// The second issuer (a pinned peer of the edge, e.g. a relay's identity).
 pub const SECOND: usize = 1;
 
-/// Obligation indices.
-pub const ALICE_GRANT: usize = 0;
-/// Alice's revoke: her latest decision on scope `s`.
-pub const ALICE_REVOKE: usize = 1;
-/// The second issuer's grant on scope `s`, in its own name.
-pub const SECOND_GRANT: usize = 2;
-
 /// A frame the relay carries: it knows who sent it and to whom, and
 /// delivers it as coming from that peer (sealed frames cannot be forged).
 #[derive(Clone, Debug)]
@@ -72,8 +65,9 @@ pub struct EdgeSide {
 pub struct HGhost {
     /// (issuer, effect key) of every write an applied obligation made.
     pub writes: BTreeSet<(String, String)>,
-    /// The effect keys alice's revoke wrote when the edge applied it.
-    pub revoke_keys: BTreeSet<String>,
+    /// The effect keys alice's latest decision, a withhold, wrote when the
+    /// edge applied it.
+    pub withdrawn_keys: BTreeSet<String>,
 }
 
 /// The composed state.
@@ -183,14 +177,15 @@ impl HostileModel {
             }
             b.build().map_err(|e| format!("{oid}: {e}"))
         };
-        let mut obligations = vec![
-            (
-                "AG",
-                ALICE,
-                build("ag", "grant", config.alice_grant_sequence)?,
-            ),
-            ("AR", ALICE, build("ar", "revoke", None)?),
-        ];
+        let mut obligations = Vec::new();
+        for (n, d) in config.alice.iter().enumerate() {
+            let label: &'static str = ["A1", "A2", "A3", "A4"]
+                .get(n)
+                .ok_or("at most 4 decisions of alice")?;
+            let decision = if d.grant { "grant" } else { "revoke" };
+            let ob = build(&format!("a{}", n + 1), decision, d.caller_sequence)?;
+            obligations.push((label, ALICE, ob));
+        }
         if config.second_issuer == SecondIssuer::Peer {
             obligations.push((
                 "XG",
@@ -257,9 +252,19 @@ impl HostileModel {
             .map_or_else(|| id.to_string(), |(l, _, _)| (*l).to_string())
     }
 
-    /// Whether the configuration has obligation `i` offered at all.
-    pub fn offerable(&self, i: usize) -> bool {
-        i != ALICE_GRANT || self.config.alice_grants
+    /// Index of alice's latest decision.
+    pub fn alice_latest(&self) -> usize {
+        self.config.alice.len() - 1
+    }
+
+    /// Whether alice's latest decision withholds the scope.
+    pub fn latest_withholds(&self) -> bool {
+        !self.config.alice[self.alice_latest()].grant
+    }
+
+    /// Index of the second issuer's grant, if there is one.
+    pub fn second_grant(&self) -> Option<usize> {
+        (self.obligations.len() > self.config.alice.len()).then_some(self.config.alice.len())
     }
 
     /// Whether issuer `j`'s custodian knows obligation `i` (offered).
@@ -269,10 +274,10 @@ impl HostileModel {
         c.is_pending(id) || c.terminal(id).is_some()
     }
 
-    /// The durable custody state of alice's revoke.
-    pub fn revoke_terminal(&self, s: &HState) -> Option<TerminalState> {
-        let id = self.obligations[ALICE_REVOKE].2.id();
-        s.issuers[ALICE].durable.terminal.get(id).map(|t| t.state)
+    /// The durable custody state of obligation `i` at its issuer.
+    pub fn terminal(&self, s: &HState, i: usize) -> Option<TerminalState> {
+        let (_, j, ob) = &self.obligations[i];
+        s.issuers[*j].durable.terminal.get(ob.id()).map(|t| t.state)
     }
 
     /// The edge's durable ledger outcome for obligation `i`, with reason.
@@ -399,9 +404,10 @@ impl HostileModel {
                     if l.outcome != LedgerOutcome::Applied {
                         continue;
                     }
-                    let revoke = &self.obligations[ALICE_REVOKE].2;
-                    let is_revoke =
-                        l.custodian == self.ids[ALICE] && l.obligation_id == *revoke.id();
+                    let latest = &self.obligations[self.alice_latest()].2;
+                    let withdrawn = self.latest_withholds()
+                        && l.custodian == self.ids[ALICE]
+                        && l.obligation_id == *latest.id();
                     let lease_suffix = lease::lease_key("");
                     for w in &l.effect {
                         if w.key.ends_with(&lease_suffix) {
@@ -410,8 +416,8 @@ impl HostileModel {
                         s.ghost
                             .writes
                             .insert((l.custodian.to_string(), w.key.clone()));
-                        if is_revoke {
-                            s.ghost.revoke_keys.insert(w.key.clone());
+                        if withdrawn {
+                            s.ghost.withdrawn_keys.insert(w.key.clone());
                         }
                     }
                 }
@@ -515,7 +521,7 @@ impl HostileModel {
             && s.issuers.iter().all(|c| c.live.pending_len() == 0)
             && s.edge.live.poll_timeout().is_none_or(|t| t > self.now(s))
             && (s.now >= self.config.offer_window_seconds
-                || (0..self.obligations.len()).all(|i| !self.offerable(i) || self.offered(s, i)))
+                || (0..self.obligations.len()).all(|i| self.offered(s, i)))
     }
 
     fn fingerprint(&self, s: &HState) -> u128 {
@@ -584,11 +590,9 @@ impl Model for HostileModel {
         let now = self.now(s);
         if s.now < self.config.offer_window_seconds {
             for i in 0..self.obligations.len() {
-                // Alice decides in order: her grant, then her revoke.
-                let in_order = i != ALICE_REVOKE
-                    || !self.offerable(ALICE_GRANT)
-                    || self.offered(s, ALICE_GRANT);
-                if in_order && self.offerable(i) && !self.offered(s, i) {
+                // Alice decides in order.
+                let in_order = self.issuer_of(i) != ALICE || i == 0 || self.offered(s, i - 1);
+                if in_order && !self.offered(s, i) {
                     out.push(HAction::Offer(i));
                 }
             }
