@@ -121,6 +121,11 @@ fn principal_write(w: &mut dyn fmt::Write, p: &PrincipalWrite) -> fmt::Result {
             write!(w, "raise {} {:?};", i.obligation_id, i.reason)
         }
         PrincipalWrite::DecisionClosed { obligation_id } => write!(w, "close {obligation_id};"),
+        PrincipalWrite::Issued {
+            key,
+            sequence,
+            obligation_id,
+        } => write!(w, "issued {key} {sequence} {obligation_id};"),
     }
 }
 
