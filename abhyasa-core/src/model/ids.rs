@@ -150,6 +150,10 @@ impl GovernedKey {
         if self.issuer_part().is_some() {
             return self.clone();
         }
+        #[cfg(feature = "mutations")]
+        if crate::mutations::active(crate::mutations::Mutation::IssuerNotInKey) {
+            return self.clone();
+        }
         let mut s = String::with_capacity(self.0.len() + issuer.as_str().len() + 2);
         s.push(ISSUER_MARK);
         for c in issuer.as_str().chars() {

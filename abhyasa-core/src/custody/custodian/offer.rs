@@ -27,6 +27,9 @@ impl Custodian {
             .key
             .as_ref()
             .filter(|_| class.guarded && ob.sequence().is_none());
+        #[cfg(feature = "mutations")]
+        let assign = assign
+            .filter(|_| !crate::mutations::active(crate::mutations::Mutation::NoDefaultSequence));
         if let Some(p) = self.pending.get(&id) {
             let same = p.obligation.digest() == ob.digest()
                 || (assign.is_some() && p.obligation.with_sequence(None).digest() == ob.digest());
