@@ -27,7 +27,8 @@ struct Args {
     #[arg(long)]
     threads: Option<usize>,
     /// Run a mutation variant (needs `--features mutations`):
-    /// ledger-split | decline-as-applied | deadline-restart | guard-off.
+    /// ledger-split | decline-as-applied | deadline-restart | guard-off;
+    /// with `--hostile`: issuer-out-of-key | no-default-sequence | guard-off.
     #[arg(long)]
     mutation: Option<String>,
     /// Stop after generating this many states (counting repeats).
@@ -62,6 +63,23 @@ fn mutated(config: CheckConfig, name: &str) -> Result<CheckConfig, String> {
     Ok(config.with_scope(name, scope))
 }
 
+#[cfg(feature = "mutations")]
+fn hostile_mutated(config: HostileConfig, name: &str) -> Result<HostileConfig, String> {
+    use abhyasa_core::mutations::{with, Mutation};
+    let scope: abhyasa_checker::Scope = match name {
+        "issuer-out-of-key" => |f| with(&[Mutation::IssuerNotInKey], f),
+        "no-default-sequence" => |f| with(&[Mutation::NoDefaultSequence], f),
+        "guard-off" => |f| with(&[Mutation::SupersessionGuardOff], f),
+        other => return Err(format!("unknown hostile mutation {other:?}")),
+    };
+    Ok(config.with_scope(name, scope))
+}
+
+#[cfg(not(feature = "mutations"))]
+fn hostile_mutated(_: HostileConfig, _: &str) -> Result<HostileConfig, String> {
+    Err("mutation variants need `cargo run -p abhyasa-checker --features mutations`".into())
+}
+
 #[cfg(not(feature = "mutations"))]
 fn mutated(_: CheckConfig, _: &str) -> Result<CheckConfig, String> {
     Err("mutation variants need `cargo run -p abhyasa-checker --features mutations`".into())
@@ -86,6 +104,12 @@ fn run_hostile(args: &Args, name: &str, opts: RunOptions) -> Result<CheckReport,
             return Err(ExitCode::from(2));
         }
     }
+    if let Some(m) = &args.mutation {
+        config = hostile_mutated(config, m).map_err(|e| {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        })?;
+    }
     hostile::check(config, opts).map_err(|e| {
         eprintln!("invalid configuration: {e}");
         ExitCode::from(2)
@@ -105,7 +129,7 @@ fn main() -> ExitCode {
         return match run_hostile(&args, name, opts) {
             Ok(report) => {
                 println!("{report}");
-                if report.counterexamples.is_empty() {
+                if report.counterexamples.is_empty() == args.mutation.is_none() {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::config::{unmutated, Scope};
+
 /// Who the second issuer is to the edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SecondIssuer {
@@ -100,6 +102,9 @@ pub struct HostileConfig {
     pub offer_window_seconds: u64,
     /// The clock never passes this.
     pub horizon_seconds: u64,
+    /// Wraps every state-machine step: [`unmutated`] for the real core,
+    /// or a switch that takes a protection out (see [`Self::with_scope`]).
+    pub scope: Scope,
 }
 
 impl fmt::Display for HostileConfig {
@@ -152,6 +157,7 @@ impl HostileConfig {
             skew_margin_seconds: 1,
             offer_window_seconds: 1,
             horizon_seconds: 4,
+            scope: unmutated,
         }
     }
 
@@ -174,6 +180,15 @@ impl HostileConfig {
             alice: vec![Decision::REVOKE, Decision::GRANT],
             ..Self::two_issuers()
         }
+    }
+
+    /// The same bounds with a switch around every step of the core (the
+    /// mutation tests take the issuer out of the governed key, or the
+    /// default sequence out of the custodian, this way).
+    pub fn with_scope(mut self, name: &str, scope: Scope) -> Self {
+        self.name = format!("{}+{name}", self.name);
+        self.scope = scope;
+        self
     }
 
     /// Overrides one bound from `key=value` (see the binary's `--set`).

@@ -583,7 +583,9 @@ impl Model for HostileModel {
     type Action = HAction;
 
     fn init_states(&self) -> Vec<HState> {
-        vec![self.initial()]
+        let mut s = None;
+        (self.config.scope)(&mut || s = Some(self.initial()));
+        s.into_iter().collect()
     }
 
     fn actions(&self, s: &HState, out: &mut Vec<HAction>) {
@@ -628,7 +630,9 @@ impl Model for HostileModel {
     }
 
     fn next_state(&self, s: &HState, a: HAction) -> Option<HState> {
-        self.step(s, &a)
+        let mut out = None;
+        (self.config.scope)(&mut || out = self.step(s, &a));
+        out
     }
 
     fn format_action(&self, a: &HAction) -> String {

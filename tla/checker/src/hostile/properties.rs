@@ -3,8 +3,9 @@
 //! deliver-or-report sanity check and coverage examples.
 
 use abhyasa_core::custody::lease::Authority;
-use abhyasa_core::custody::{LedgerOutcome, TerminalState};
-use abhyasa_core::DeclineReason;
+use abhyasa_core::custody::{EffectValue, LedgerOutcome, TerminalState};
+use abhyasa_core::principal::Authorization;
+use abhyasa_core::{DeclineReason, GovernedKey};
 use stateright::Property;
 
 use super::model::{HState, HostileModel};
@@ -92,13 +93,24 @@ pub fn broken(m: &HostileModel, s: &HState) -> Vec<(&'static str, String)> {
 }
 
 /// The keys alice's latest decision withdrew at the edge on which the
-/// edge now holds authority again.
+/// edge now holds authority again: the key as written is granted, or the
+/// scope read across every issuer (what a tool guarded by it sees) is.
 fn regranted(m: &HostileModel, s: &HState) -> Vec<String> {
     let now = m.now(s);
+    let edge = &s.edge.live;
     s.ghost
         .withdrawn_keys
         .iter()
-        .filter(|k| matches!(s.edge.live.authority(k, now), Authority::Granted { .. }))
+        .filter(|k| {
+            let written = matches!(
+                edge.effects().get(k.as_str()),
+                Some(EffectValue::Authorization(Authorization::Granted))
+            );
+            let scope = GovernedKey::new(k.as_str())
+                .map(|g| g.unqualified().to_string())
+                .unwrap_or_else(|_| (*k).clone());
+            written || matches!(edge.authority(&scope, now), Authority::Granted { .. })
+        })
         .cloned()
         .collect()
 }
