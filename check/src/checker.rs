@@ -46,6 +46,11 @@ pub enum Invariant {
     /// C-AZ-2: one issuer never writes a governed key another issuer
     /// wrote at the same receiver: the key carries its issuer.
     IssuersApart,
+    /// C-OR-1: a receiver never declines an issuer's latest decision on a
+    /// key `superseded` (nothing it issued there is newer, and no one else
+    /// governs its key): the sequences its node assigns order its
+    /// decisions whatever the delivery order.
+    NewestHonoured,
     /// The harness could not run or observe the transfer (not a protocol
     /// rule, but a run that cannot be checked is not a pass).
     Harness,
@@ -66,6 +71,7 @@ impl Invariant {
             Invariant::Supersession => "supersession",
             Invariant::WithdrawnStaysWithdrawn => "C-OR-2",
             Invariant::IssuersApart => "C-AZ-2",
+            Invariant::NewestHonoured => "C-OR-1",
             Invariant::Harness => "harness",
         }
     }
@@ -495,6 +501,16 @@ fn check_authority(t: &Trace, terminals: &BTreeMap<Key, Vec<&Terminal>>, out: &m
                      again ({custody})",
                     w.receiver, w.key, end.custodian, end.id
                 ),
+            );
+        }
+    }
+    let newest: BTreeSet<&Key> = t.latest_decisions.iter().collect();
+    for (receiver, k) in &t.superseded {
+        if newest.contains(k) {
+            out.push(
+                Invariant::NewestHonoured,
+                Some(k),
+                format!("receiver {receiver} declined this latest decision on its key superseded"),
             );
         }
     }

@@ -545,6 +545,8 @@ impl Pair {
             pending_at_end: Vec::new(),
             authority_writes: Vec::new(),
             latest_withholds: Vec::new(),
+            latest_decisions: Vec::new(),
+            superseded: Vec::new(),
         };
         TransferResult {
             outcome,

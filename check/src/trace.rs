@@ -189,4 +189,10 @@ pub struct Trace {
     /// Withholds (revoke, restrict) that were their issuer's latest
     /// decision on their governed key (C-OR-2).
     pub latest_withholds: Vec<Key>,
+    /// Every issuer's latest decision on each governed key it issued on,
+    /// withholding or widening (C-OR-1).
+    pub latest_decisions: Vec<Key>,
+    /// Obligations a receiver declined `superseded` (committed ledger
+    /// records), with the receiver.
+    pub superseded: Vec<(AgentId, Key)>,
 }

@@ -523,3 +523,23 @@ fn c_az_2_issuers_never_share_a_key() {
         .any(|v| v.invariant == Invariant::WithdrawnStaysWithdrawn));
     assert!(got.iter().any(|v| v.invariant.name() == "C-AZ-2"));
 }
+
+// C-OR-1: the latest decision declined `superseded` is reported; an older
+// one declined so is the guard working.
+#[test]
+fn c_or_1_latest_decision_never_superseded() {
+    let latest = (agent("alice"), ObligationId::new("grant-2").unwrap());
+    let older = (agent("alice"), ObligationId::new("revoke-1").unwrap());
+    let mut t = Trace {
+        latest_decisions: vec![latest.clone()],
+        superseded: vec![(agent("receiver"), older)],
+        ..Trace::default()
+    };
+    assert!(check(&t).is_empty());
+    t.superseded.push((agent("receiver"), latest));
+    only(
+        &t,
+        Invariant::NewestHonoured,
+        "declined this latest decision on its key superseded",
+    );
+}

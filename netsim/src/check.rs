@@ -113,6 +113,8 @@ impl Observation {
             pending_at_end: Vec::new(),
             authority_writes: Vec::new(),
             latest_withholds: Vec::new(),
+            latest_decisions: Vec::new(),
+            superseded: Vec::new(),
         }
     }
 }

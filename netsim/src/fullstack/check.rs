@@ -149,6 +149,8 @@ fn trace(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> (Trace, Vec<Stri
         pending_at_end: pending,
         authority_writes: t.authority_writes.clone(),
         latest_withholds: t.latest_withholds.clone(),
+        latest_decisions: t.latest_decisions.clone(),
+        superseded: t.superseded.clone(),
     };
     (trace, unmatched)
 }

@@ -124,6 +124,9 @@ pub struct HostileReport {
     pub duplicated: u64,
     /// Earlier frames put back in flight.
     pub replayed: u64,
+    /// Obligations the receivers declined `superseded` (the guard at work:
+    /// a late or replayed older decision).
+    pub declined_superseded: u64,
 }
 
 /// The report of one run.
@@ -338,6 +341,7 @@ impl RunReport {
                 held: t.hostile.held,
                 duplicated: t.hostile.duplicated,
                 replayed: t.hostile.replayed,
+                declined_superseded: t.superseded.len() as u64,
             }),
         }
     }
@@ -424,8 +428,8 @@ impl fmt::Display for RunReport {
         if let Some(h) = &self.hostile {
             writeln!(
                 f,
-                "  hostile transport: {} held, {} duplicated, {} replayed",
-                h.held, h.duplicated, h.replayed
+                "  hostile transport: {} held, {} duplicated, {} replayed; {} declined superseded",
+                h.held, h.duplicated, h.replayed, h.declined_superseded
             )?;
         }
         write!(f, "  violations {}", self.violation_count)?;

@@ -158,13 +158,17 @@ fn race_plan(
         let target = &receivers[r as usize % receivers.len()];
         let scope = format!("race-{r}");
         let decisions: Vec<(&str, Duration, Option<u64>)> = if c == 0 {
-            vec![("grant", start, None), ("revoke", start + race.gap.0, None)]
+            (0u32..)
+                .zip(&race.alice)
+                .map(|(n, d)| (d.as_str(), start + race.gap.0 * n, None))
+                .collect()
         } else {
-            vec![("grant", start + race.gap.0 * 2, race.rival_sequence)]
+            let after = u32::try_from(race.alice.len()).unwrap_or(u32::MAX);
+            vec![("grant", start + race.gap.0 * after, race.rival_sequence)]
         };
-        for (decision, at, sequence) in decisions {
+        for (k, (decision, at, sequence)) in decisions.into_iter().enumerate() {
             let mut b = Obligation::builder()
-                .id(format!("c{c}-{decision}-{r:04}"))
+                .id(format!("c{c}-{r:04}-{k}-{decision}"))
                 .kind("anumati.consent")
                 .target(target.as_str())
                 .payload(json!({"decision": decision, "scope": scope}))
@@ -184,9 +188,9 @@ fn race_plan(
 }
 
 /// The obligations of `plan` that are their custodian's latest decision on
-/// their governed key and withhold it (admissible, sequence-guarded: a
-/// revoke or a restriction), for C-OR-2.
-fn latest_withholds(custodian: &AgentId, plan: &[Planned]) -> Vec<(AgentId, ObligationId)> {
+/// their (sequence-guarded) governed key, each with whether it withholds
+/// (admissible: a revoke or a restriction), for C-OR-1 and C-OR-2.
+fn latest_decisions(custodian: &AgentId, plan: &[Planned]) -> Vec<((AgentId, ObligationId), bool)> {
     let registry = abhyasa_core::polarity::PolarityRegistry::standard();
     let mut latest: BTreeMap<String, (Duration, usize, bool)> = BTreeMap::new();
     for (i, p) in plan.iter().enumerate() {
@@ -204,8 +208,12 @@ fn latest_withholds(custodian: &AgentId, plan: &[Planned]) -> Vec<(AgentId, Obli
     }
     latest
         .values()
-        .filter(|(_, _, withhold)| *withhold)
-        .map(|(_, i, _)| (custodian.clone(), plan[*i].obligation.id().clone()))
+        .map(|(_, i, withhold)| {
+            (
+                (custodian.clone(), plan[*i].obligation.id().clone()),
+                *withhold,
+            )
+        })
         .collect()
 }
 
@@ -336,8 +344,15 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
             Role::Receiver | Role::Relay => Vec::new(),
         };
         planned += plan.len() as u64;
-        let withholds = latest_withholds(&agents[name], &plan);
-        truth.with(|t| t.latest_withholds.extend(withholds));
+        let latest = latest_decisions(&agents[name], &plan);
+        truth.with(|t| {
+            for (k, withhold) in latest {
+                if withhold {
+                    t.latest_withholds.push(k.clone());
+                }
+                t.latest_decisions.push(k);
+            }
+        });
         let disk = Arc::new(Mutex::new(SimStore::new()));
         disks.insert(name.clone(), (role, disk.clone()));
         let ctx = Arc::new(HostCtx {

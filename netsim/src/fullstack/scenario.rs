@@ -276,12 +276,13 @@ pub struct HostileLink {
 }
 
 /// A grant/revoke race, in place of the kind mix: each round `custodian-0`
-/// (alice) grants a fresh consent scope at a receiver, then revokes it
-/// `gap` later (her latest decision on it), both without a caller-given
-/// sequence (what `abhyasa send` does: whatever sequence they carry is her
-/// node's); every other custodian (a second pinned peer, such as a relay's
-/// own identity) grants the same scope in its own name `2 × gap` after
-/// alice's grant, claiming `rival_sequence`.
+/// (alice) decides a fresh consent scope at a receiver, `alice` in order,
+/// `gap` apart (by default she grants, then revokes: her latest decision
+/// withdraws), each without a caller-given sequence (what `abhyasa send`
+/// does: whatever sequence they carry is her node's); every other
+/// custodian (a second pinned peer, such as a relay's own identity) grants
+/// the same scope in its own name `gap` after alice's last decision,
+/// claiming `rival_sequence`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Race {
@@ -291,6 +292,13 @@ pub struct Race {
     /// none given; their node assigns one).
     #[serde(default)]
     pub rival_sequence: Option<u64>,
+    /// Alice's decisions each round, in order: `grant` or `revoke`.
+    #[serde(default = "default_alice")]
+    pub alice: Vec<String>,
+}
+
+fn default_alice() -> Vec<String> {
+    vec!["grant".into(), "revoke".into()]
 }
 
 /// Relative weights of the obligation kinds offered.
@@ -824,10 +832,18 @@ impl Scenario {
             if r.gap.0.is_zero() {
                 return Err(invalid("race.gap", "must be > 0"));
             }
-            if r.gap.0 * 2 >= w.interval.0 {
+            let steps = u32::try_from(r.alice.len()).unwrap_or(u32::MAX);
+            if r.gap.0 * steps >= w.interval.0 {
                 return Err(invalid(
                     "race.gap",
-                    "must be under half of workload.interval (a round's offers stay in it)",
+                    "times the number of alice's decisions must be under workload.interval \
+                     (a round's offers stay in it)",
+                ));
+            }
+            if r.alice.is_empty() || r.alice.iter().any(|d| d != "grant" && d != "revoke") {
+                return Err(invalid(
+                    "race.alice",
+                    "must list one or more decisions, each \"grant\" or \"revoke\"",
                 ));
             }
         }

@@ -119,6 +119,10 @@ pub(crate) struct Inner {
     /// Withholds that are their issuer's latest decision on their key in
     /// the workload.
     pub(crate) latest_withholds: Vec<(AgentId, ObligationId)>,
+    /// Every issuer's latest decision on each of its keys in the workload.
+    pub(crate) latest_decisions: Vec<(AgentId, ObligationId)>,
+    /// Committed `superseded` declines: (receiver, (custodian, id)).
+    pub(crate) superseded: Vec<(AgentId, (AgentId, ObligationId))>,
     /// What the hostile transport did.
     pub(crate) hostile: HostileCounts,
 }
@@ -196,6 +200,15 @@ impl Truth {
                 }
                 Record::Principal { writes, .. } => note_principal(&mut t, agent, writes),
                 Record::LateAck(_) => t.late_acks += 1,
+                Record::Ledger(l)
+                    if l.outcome == LedgerOutcome::Declined
+                        && l.reason == Some(DeclineReason::Superseded) =>
+                {
+                    t.superseded.push((
+                        agent.clone(),
+                        (l.custodian.clone(), l.obligation_id.clone()),
+                    ));
+                }
                 Record::Ledger(l) if l.outcome == LedgerOutcome::Applied => {
                     for w in &l.effect {
                         if let EffectValue::Authorization(a) = &w.value {
