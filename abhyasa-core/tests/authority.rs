@@ -430,3 +430,25 @@ fn c_or_1_custodian_assigns_per_key_monotonic_sequences() {
     assert_eq!(d.c.principal().issued(&k).map(|e| e.0), Some(Sequence(11)));
     assert_eq!(d.c.principal().next_sequence(&k), Sequence(12));
 }
+
+// C-AZ-2: the key format: `@<issuer>/<key>` with the issuer's `%` and `/`
+// escaped, so the issuer reads back exactly and two (issuer, key) pairs
+// never share a string; a key already held under an issuer is unchanged.
+#[test]
+fn c_az_2_keys_held_under_their_issuer_are_unambiguous() {
+    let k = GovernedKey::new("anumati.consent/r/scope:x").unwrap();
+    let plain = k.issued_by(&agent("alice"));
+    assert_eq!(plain.as_str(), "@alice/anumati.consent/r/scope:x");
+    assert_eq!(plain.issued_by(&agent("bob")), plain);
+    for who in ["spiffe://org/a", "50%/x", "%2F", "a%2Fb"] {
+        let q = k.issued_by(&agent(who));
+        assert_eq!(q.issuer(), Some(agent(who)), "{q}");
+        assert_eq!(q.unqualified(), k.as_str(), "{q}");
+    }
+    // "a/b" + "c/d" versus "a" + "b/c/d": different strings.
+    let one = GovernedKey::new("c/d").unwrap().issued_by(&agent("a/b"));
+    let two = GovernedKey::new("b/c/d").unwrap().issued_by(&agent("a"));
+    assert_ne!(one, two);
+    assert_eq!(k.issuer(), None);
+    assert_eq!(k.unqualified(), k.as_str());
+}

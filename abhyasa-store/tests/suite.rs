@@ -874,5 +874,39 @@ fn c_or_1_issued_sequences_survive_restart_and_compaction() {
             _ => None,
         });
         assert_eq!(next, Some(Sequence(4)), "{kind:?}: continues after restart");
+        // An OAuth revocation sets no principal decision at offer: only the
+        // counter row orders its key across a restart.
+        let oauth = |id: &str| {
+            Obligation::builder()
+                .id(id)
+                .kind("oauth.token")
+                .target("receiver")
+                .payload(serde_json::json!({"action": "revoke", "token_id": "t"}))
+                .deadline_seconds(60)
+                .max_retries(12)
+                .created_at(past)
+                .build()
+                .unwrap()
+        };
+        c.offer(past, oauth("o1")).unwrap();
+        let _durable = b.commit(past, &[&drain(&mut c)]).unwrap();
+        restart(&mut b);
+        let state = b.load();
+        let mut c = Custodian::restore(
+            custodian_config(),
+            PolarityRegistry::standard(),
+            &state.custodian,
+        );
+        c.offer(past, oauth("o2")).unwrap();
+        let _ = drain(&mut c);
+        let next = std::iter::from_fn(|| c.poll_transmit()).find_map(|t| match t.message {
+            abhyasa_core::wire::Message::Obligation(o) if o.id().as_str() == "o2" => o.sequence(),
+            _ => None,
+        });
+        assert_eq!(
+            next,
+            Some(Sequence(2)),
+            "{kind:?}: the counter row survived"
+        );
     }
 }

@@ -357,6 +357,7 @@ impl Receiver {
     }
 
     /// Queues a request to the agent; nothing durable is written.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn ask(
         &mut self,
         now: Timestamp,
