@@ -143,3 +143,19 @@ fn c_or_1_default_sequence_removed_is_caught() {
     );
     assert_caught(&r, properties::NEWEST_HONOURED);
 }
+
+// Larger bounds (about 3 minutes in the dev profile, 505,482 states):
+// alice revokes, grants, revokes again, with the second issuer.
+#[test]
+#[ignore = "minutes in the dev profile; figures in tla/README.md"]
+fn large_hostile_configuration_holds() {
+    let mut c = HostileConfig::two_issuers();
+    c.set("alice=revoke,grant,revoke").expect("known key");
+    let opts = RunOptions {
+        search: Search::DepthFirst,
+        ..RunOptions::default()
+    };
+    let r = check(c, opts).expect("valid configuration");
+    println!("{r}");
+    assert_holds(&r, &REACHED);
+}
