@@ -31,15 +31,23 @@ pub enum Mutation {
     DeadlineRestartedOnRecovery,
     /// Supersession broken: the receiver-side sequence guard is off.
     SupersessionGuardOff,
+    /// C-AZ-2 broken: the receiver holds a governed key without its
+    /// issuer, so every peer writes the same state.
+    IssuerNotInKey,
+    /// C-OR-1 broken: the custodian assigns no default sequence to an
+    /// obligation its caller gave none.
+    NoDefaultSequence,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::LedgerNotCommittedWithEffect,
         Mutation::DeclineAsApplied,
         Mutation::DeadlineRestartedOnRecovery,
         Mutation::SupersessionGuardOff,
+        Mutation::IssuerNotInKey,
+        Mutation::NoDefaultSequence,
     ];
 
     fn bit(self) -> u8 {
@@ -48,6 +56,8 @@ impl Mutation {
             Mutation::DeclineAsApplied => 2,
             Mutation::DeadlineRestartedOnRecovery => 4,
             Mutation::SupersessionGuardOff => 8,
+            Mutation::IssuerNotInKey => 16,
+            Mutation::NoDefaultSequence => 32,
         }
     }
 }

@@ -176,6 +176,17 @@ pub enum PrincipalWrite {
         /// The obligation whose decline it was.
         obligation_id: ObligationId,
     },
+    /// The newest sequence this node issued on a governed key (C-OR-1):
+    /// committed with the offer that carries it, so the next one is
+    /// greater across restarts and compaction.
+    Issued {
+        /// The key (issuer-less: this node is its issuer).
+        key: GovernedKey,
+        /// The sequence.
+        sequence: Sequence,
+        /// The obligation that carries it.
+        obligation_id: ObligationId,
+    },
 }
 
 /// A surfaced decline awaiting the principal's decision.
@@ -214,6 +225,8 @@ pub struct PrincipalState {
     authorizations: HashMap<GovernedKey, AuthorizationEntry>,
     weights: HashMap<GovernedKey, f64>,
     decisions: BTreeMap<ObligationId, DecisionItem>,
+    /// The newest sequence issued per key, with its obligation (C-OR-1).
+    issued: HashMap<GovernedKey, (Sequence, ObligationId)>,
 }
 
 impl PrincipalState {
@@ -395,7 +408,55 @@ impl PrincipalState {
             PrincipalWrite::DecisionClosed { obligation_id } => {
                 self.decisions.remove(obligation_id);
             }
+            PrincipalWrite::Issued {
+                key,
+                sequence,
+                obligation_id,
+            } => {
+                self.issued
+                    .insert(key.clone(), (*sequence, obligation_id.clone()));
+            }
         }
+    }
+
+    /// The sequence the next obligation this node issues on `key` gets:
+    /// one above the newest issued or decided on it (1 on a fresh key).
+    pub fn next_sequence(&self, key: &GovernedKey) -> Sequence {
+        let issued = self.issued.get(key).map(|e| e.0);
+        let decided = self.authorizations.get(key).and_then(|e| e.sequence);
+        Sequence(issued.max(decided).map_or(1, |s| s.0.saturating_add(1)))
+    }
+
+    /// The newest sequence issued on `key`, with the obligation carrying it.
+    pub fn issued(&self, key: &GovernedKey) -> Option<&(Sequence, ObligationId)> {
+        self.issued.get(key)
+    }
+
+    /// Every key's newest issued sequence.
+    pub fn issued_sequences(
+        &self,
+    ) -> impl Iterator<Item = (&GovernedKey, &(Sequence, ObligationId))> {
+        self.issued.iter()
+    }
+
+    /// Records that `id` carries `sequence` on `key`; the write to commit
+    /// with the offer, unless a sequence as new was already issued there.
+    pub(crate) fn record_issued(
+        &mut self,
+        key: &GovernedKey,
+        sequence: Sequence,
+        id: &ObligationId,
+    ) -> Option<PrincipalWrite> {
+        if self.issued.get(key).is_some_and(|(s, _)| *s >= sequence) {
+            return None;
+        }
+        let w = PrincipalWrite::Issued {
+            key: key.clone(),
+            sequence,
+            obligation_id: id.clone(),
+        };
+        self.apply_write(&w);
+        Some(w)
     }
 
     /// The entry of a key, if any decision was ever applied on it.

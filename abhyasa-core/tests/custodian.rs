@@ -11,11 +11,11 @@ use abhyasa_core::custody::{
     DeclineDisposition, IgnoredAck, Offered, Record, StandardApplier, TerminalState,
 };
 use abhyasa_core::polarity::PolarityRegistry;
-use abhyasa_core::principal::Authorization;
+use abhyasa_core::principal::{Authorization, PrincipalWrite};
 use abhyasa_core::wire::Message;
 use abhyasa_core::{
     AckStatus, CustodyAck, DeclinePolicy, DeclineReason, Digest, EscalationCause,
-    EscalationTrigger, GovernedKey, GuardOutcome, OfferError, RetryBackoff, Timestamp,
+    EscalationTrigger, GovernedKey, GuardOutcome, OfferError, RetryBackoff, Sequence, Timestamp,
 };
 use common::*;
 use serde_json::json;
@@ -477,7 +477,9 @@ fn c_dc_2_surface_policy_raises_a_decision() {
 #[test]
 fn c_tr_2_unbound_acks_are_counted_and_ignored() {
     let mut d = Duo::new();
-    let ob = revoke("ob-1", "s");
+    // Sequenced, so the digest the test binds is the one sent (an
+    // unsequenced offer is sent with the next sequence on its key).
+    let ob = revoke_seq("ob-1", "s", 1);
     d.c.offer(T0, ob.clone()).unwrap();
     let _ = d.custodian_out();
     let good = CustodyAck::new(
@@ -594,7 +596,17 @@ fn anumati_revocation_withholds_at_offer() {
     // The withhold commits in the same record as the opening.
     let b = d.c.poll_records().unwrap();
     match &b.records[0] {
-        Record::CustodyOpened { principal, .. } => assert_eq!(principal.len(), 1),
+        // The withhold, and the key's issued-sequence counter (C-OR-1).
+        Record::CustodyOpened { principal, .. } => {
+            assert_eq!(principal.len(), 2);
+            assert!(matches!(
+                &principal[1],
+                PrincipalWrite::Issued {
+                    sequence: Sequence(3),
+                    ..
+                }
+            ));
+        }
         other => panic!("{other:?}"),
     }
     d.c.handle_committed(b.token());

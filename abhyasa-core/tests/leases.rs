@@ -17,6 +17,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 const SCOPE_KEY: &str = "anumati.consent/receiver/scope:email.read";
+/// The key as the receiver holds it: under its issuer (C-AZ-2).
+const HELD_KEY: &str = "@custodian/anumati.consent/receiver/scope:email.read";
 const TERM: u64 = 30;
 
 /// A leased grant issued at `issued` (the principal's clock).
@@ -88,7 +90,7 @@ impl Edge {
     fn lapses(&self) -> usize {
         self.events
             .iter()
-            .filter(|e| matches!(e, ReceiverEvent::LeaseLapsed { key, .. } if key == SCOPE_KEY))
+            .filter(|e| matches!(e, ReceiverEvent::LeaseLapsed { key, .. } if key == HELD_KEY))
             .count()
     }
 }
@@ -208,7 +210,7 @@ fn c_tr_4_still_lapsed_after_restart() {
     let events: Vec<_> = std::iter::from_fn(|| r.poll_event()).collect();
     assert!(events
         .iter()
-        .any(|ev| matches!(ev, ReceiverEvent::LeaseLapsed { key, .. } if key == SCOPE_KEY)));
+        .any(|ev| matches!(ev, ReceiverEvent::LeaseLapsed { key, .. } if key == HELD_KEY)));
     assert_eq!(r.leases(at(100.0)).len(), 1);
 }
 

@@ -24,6 +24,12 @@ fn scope_key(s: &str) -> GovernedKey {
     GovernedKey::new(format!("anumati.consent/receiver/scope:{s}")).unwrap()
 }
 
+/// The key as the receiver holds it: under the custodian that issued it
+/// (C-AZ-2).
+fn held(k: &GovernedKey) -> GovernedKey {
+    k.issued_by(&agent("custodian"))
+}
+
 fn counting() -> (
     std::rc::Rc<std::cell::Cell<u32>>,
     Box<dyn abhyasa_core::custody::Applier>,
@@ -68,7 +74,7 @@ fn c_ab3_1_duplicate_delivery_applies_once() {
     assert!(acks.iter().all(|a| a.status == AckStatus::Applied));
     // Both acks travel in one coalesced frame.
     assert_eq!(
-        d.r.effects().get(scope_key("s").as_str()),
+        d.r.effects().get(held(&scope_key("s")).as_str()),
         Some(&EffectValue::Authorization(Authorization::Withheld))
     );
 }
@@ -161,7 +167,7 @@ fn c_ab3_4_same_id_other_digest_is_a_conflict() {
         Some(second.digest()),
         "bound to the offending content"
     );
-    assert_eq!(d.r.effects().get(scope_key("b").as_str()), None);
+    assert_eq!(d.r.effects().get(held(&scope_key("b")).as_str()), None);
     assert!(d
         .receiver_events()
         .iter()
@@ -279,7 +285,7 @@ fn c_ss_2_receiver_declines_older_sequences() {
     );
     assert_eq!(count.get(), 1);
     assert_eq!(
-        d.r.effects().get(scope_key("s").as_str()),
+        d.r.effects().get(held(&scope_key("s")).as_str()),
         Some(&EffectValue::Authorization(Authorization::Granted))
     );
     // A newer one applies; another key is independent.
@@ -413,7 +419,7 @@ fn c_ss_3_guards_compose() {
         "principal side did not regress"
     );
     assert_eq!(
-        d.r.effects().get(k.as_str()),
+        d.r.effects().get(held(&k).as_str()),
         Some(&EffectValue::Authorization(Authorization::Granted)),
         "receiver side did not regress"
     );
@@ -466,7 +472,7 @@ fn c_ss_4_phala_deltas_commute_and_clip() {
         );
     }
     assert_eq!(
-        d.r.effects().get(k.as_str()),
+        d.r.effects().get(held(&k).as_str()),
         Some(&EffectValue::Weight(0.0))
     );
 }
@@ -498,7 +504,8 @@ fn c_ab3_5_external_effect_in_doubt_is_surfaced_not_reexecuted() {
         })
     };
     let mut d = Duo::with(custodian_config(), Box::new(external));
-    let ob = revoke("ob-1", "s");
+    // Sequenced: the redelivery below is the obligation as sent.
+    let ob = revoke_seq("ob-1", "s", 1);
     d.c.offer(T0, ob.clone()).unwrap();
     let out = d.custodian_out();
     assert_eq!(

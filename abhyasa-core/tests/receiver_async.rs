@@ -18,8 +18,12 @@ use abhyasa_core::wire::{ErrorCode, Message};
 use abhyasa_core::{AckStatus, CustodyAck, DeclineReason, GovernedKey, Obligation};
 use common::*;
 
+/// The scope's key as the receiver holds it: under the custodian that
+/// issued it (C-AZ-2).
 fn scope_key(s: &str) -> GovernedKey {
-    GovernedKey::new(format!("anumati.consent/receiver/scope:{s}")).unwrap()
+    GovernedKey::new(format!("anumati.consent/receiver/scope:{s}"))
+        .unwrap()
+        .issued_by(&agent("custodian"))
 }
 
 fn receiver() -> Receiver {

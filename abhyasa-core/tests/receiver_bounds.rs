@@ -168,7 +168,13 @@ fn c_nd_5_ledger_quota_refuses_new_entries_and_the_custodian_retries() {
         other => panic!("expected one error frame, got {other:?}"),
     };
     assert_eq!(err.obligation_id.as_ref(), Some(fourth.id()));
-    assert_eq!(err.digest, Some(fourth.digest()));
+    // Bound to the obligation as sent (with the sequence the custodian
+    // assigned on its key).
+    let sent = match &out[0].message {
+        Message::Obligation(o) => o.digest(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(err.digest, Some(sent));
     // The custodian keeps custody: still pending, nothing escalated.
     d.c.handle_error(at(1.0), &d.rid, &err);
     assert!(d.c.is_pending(fourth.id()));
@@ -176,7 +182,13 @@ fn c_nd_5_ledger_quota_refuses_new_entries_and_the_custodian_retries() {
     // A redelivery of a held entry is still answered (no quota charge).
     let cid = d.cid.clone();
     assert!(matches!(
-        d.r.handle_obligation(at(1.5), &cid, revoke_at("q0", 0.0, 10), d.applier.as_mut()),
+        d.r.handle_obligation(
+            at(1.5),
+            &cid,
+            // As sent: the first on its key, sequence 1 (C-OR-1).
+            revoke_at("q0", 0.0, 10).with_sequence(Some(abhyasa_core::Sequence(1))),
+            d.applier.as_mut()
+        ),
         Received::Duplicate(_)
     ));
     let _ = drain(&mut d.r);

@@ -1191,6 +1191,7 @@ mod tests {
                         DeclineReason::Superseded,
                         DeclineReason::UnsupportedKind,
                         DeclineReason::Conflict,
+                        DeclineReason::Unauthorized,
                     ])),
                 ),
                 (

@@ -353,6 +353,7 @@ pub(crate) fn principal_write_key(w: &PrincipalWrite) -> Vec<u8> {
         PrincipalWrite::DecisionClosed { obligation_id } => {
             principal_key(b'd', obligation_id.as_str())
         }
+        PrincipalWrite::Issued { key, .. } => principal_key(b's', key.as_str()),
     }
 }
 
@@ -368,6 +369,15 @@ fn put_principal(txn: &mut dyn Txn, w: &PrincipalWrite) -> Result<(), StoreError
             txn.put(Table::Principal, &k, &to_json(T, &k, item)?)
         }
         PrincipalWrite::DecisionClosed { .. } => txn.del(Table::Principal, &k),
+        PrincipalWrite::Issued {
+            sequence,
+            obligation_id,
+            ..
+        } => txn.put(
+            Table::Principal,
+            &k,
+            &to_bytes(T, &k, &(sequence.0, obligation_id.as_str()))?,
+        ),
     }
 }
 
@@ -387,6 +397,14 @@ pub(crate) fn read_principal(k: &[u8], v: &[u8]) -> Result<PrincipalWrite, Store
             ),
         },
         b'd' => PrincipalWrite::DecisionRaised(from_json::<DecisionItem>(T, k, v)?),
+        b's' => {
+            let (sequence, by) = from_bytes::<(u64, String)>(T, k, v)?;
+            PrincipalWrite::Issued {
+                key: id::<GovernedKey>(T, k, rest)?,
+                sequence: Sequence(sequence),
+                obligation_id: id::<ObligationId>(T, k, by.as_bytes())?,
+            }
+        }
         _ => return Err(corrupt(T, k, "unknown key prefix")),
     })
 }

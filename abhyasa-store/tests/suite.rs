@@ -808,3 +808,105 @@ fn store_kind_parses_config_values() {
     let _ = s.commit(EPOCH, &[&[opened(&phala("a", -0.3))]]).unwrap();
     assert_eq!(s.load().unwrap().custodian.pending.len(), 1);
 }
+
+/// An unsequenced Anumati grant of `scope` (best-effort: terminal at once,
+/// so compaction can drop its record).
+fn unsequenced_grant(id: &str, scope: &str, created_at: Timestamp) -> Obligation {
+    Obligation::builder()
+        .id(id)
+        .kind("anumati.consent")
+        .target("receiver")
+        .payload(serde_json::json!({"decision": "grant", "scope": scope}))
+        .deadline_seconds(60)
+        .max_retries(8)
+        .created_at(created_at)
+        .build()
+        .unwrap()
+}
+
+// C-OR-1: the sequences a node assigns on a governed key are durable: the
+// counter row commits with each offer, survives a restart and the
+// compaction of every terminal record, and the next offer continues it.
+#[test]
+fn c_or_1_issued_sequences_survive_restart_and_compaction() {
+    for kind in ALL {
+        let mut b = backend(kind);
+        let mut c = custodian();
+        let mut sent = Vec::new();
+        for (i, scope) in ["s", "s", "t", "s"].iter().enumerate() {
+            c.offer(EPOCH, unsequenced_grant(&format!("g{i}"), scope, EPOCH))
+                .unwrap();
+            let _durable = b.commit(EPOCH, &[&drain(&mut c)]).unwrap();
+            while let Some(t) = c.poll_transmit() {
+                if let abhyasa_core::wire::Message::Obligation(o) = t.message {
+                    sent.push((o.id().to_string(), o.sequence().map(|s| s.0)));
+                }
+            }
+        }
+        let want: Vec<(String, Option<u64>)> = [("g0", 1), ("g1", 2), ("g2", 1), ("g3", 3)]
+            .iter()
+            .map(|(i, s)| (i.to_string(), Some(*s)))
+            .collect();
+        assert_eq!(sent, want, "{kind:?}: per-key monotonic from 1");
+        let past = EPOCH
+            .saturating_add(secs(60))
+            .saturating_add(DEFAULT_RETENTION);
+        let compacted = b
+            .store()
+            .compact(past.saturating_add(secs(1)), DEFAULT_RETENTION);
+        assert_eq!(
+            compacted.unwrap().terminal,
+            4,
+            "{kind:?}: every record compacted"
+        );
+        restart(&mut b);
+        let state = b.load();
+        assert!(state.custodian.terminal.is_empty(), "{kind:?}");
+        let mut c = Custodian::restore(
+            custodian_config(),
+            PolarityRegistry::standard(),
+            &state.custodian,
+        );
+        c.offer(past, unsequenced_grant("g4", "s", past)).unwrap();
+        let _ = drain(&mut c);
+        let next = std::iter::from_fn(|| c.poll_transmit()).find_map(|t| match t.message {
+            abhyasa_core::wire::Message::Obligation(o) => o.sequence(),
+            _ => None,
+        });
+        assert_eq!(next, Some(Sequence(4)), "{kind:?}: continues after restart");
+        // An OAuth revocation sets no principal decision at offer: only the
+        // counter row orders its key across a restart.
+        let oauth = |id: &str| {
+            Obligation::builder()
+                .id(id)
+                .kind("oauth.token")
+                .target("receiver")
+                .payload(serde_json::json!({"action": "revoke", "token_id": "t"}))
+                .deadline_seconds(60)
+                .max_retries(12)
+                .created_at(past)
+                .build()
+                .unwrap()
+        };
+        c.offer(past, oauth("o1")).unwrap();
+        let _durable = b.commit(past, &[&drain(&mut c)]).unwrap();
+        restart(&mut b);
+        let state = b.load();
+        let mut c = Custodian::restore(
+            custodian_config(),
+            PolarityRegistry::standard(),
+            &state.custodian,
+        );
+        c.offer(past, oauth("o2")).unwrap();
+        let _ = drain(&mut c);
+        let next = std::iter::from_fn(|| c.poll_transmit()).find_map(|t| match t.message {
+            abhyasa_core::wire::Message::Obligation(o) if o.id().as_str() == "o2" => o.sequence(),
+            _ => None,
+        });
+        assert_eq!(
+            next,
+            Some(Sequence(2)),
+            "{kind:?}: the counter row survived"
+        );
+    }
+}

@@ -14,7 +14,8 @@ use abhyasa_core::custody::{
 use abhyasa_core::principal::{Authorization, Resolution};
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
 use abhyasa_core::{
-    AgentId, GovernedKey, GuardOutcome, Map, Obligation, ObligationId, Sequence, Timestamp,
+    AgentId, DeclineReason, GovernedKey, GuardOutcome, Map, Obligation, ObligationId, Sequence,
+    Timestamp,
 };
 use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -577,8 +578,15 @@ impl Driver {
             }
         }
         while let Some(e) = self.receiver.poll_event() {
-            if matches!(e, ReceiverEvent::Applied { .. }) {
-                self.metrics.receiver_applied += 1;
+            match &e {
+                ReceiverEvent::Applied { .. } => self.metrics.receiver_applied += 1,
+                ReceiverEvent::Declined { reason, .. } => {
+                    self.metrics.receiver_declined += 1;
+                    if *reason == DeclineReason::Unauthorized {
+                        self.metrics.receiver_unauthorized += 1;
+                    }
+                }
+                _ => {}
             }
             tracing::debug!(event = ?e, "receiver");
             if listening {
@@ -966,8 +974,12 @@ impl Driver {
                         .map(|t| CustodianState::from(t.state))
                 };
                 let mut receiver = Vec::new();
+                let mut declines = Vec::new();
                 for peer in self.transport.known_peers() {
                     if let Some(o) = self.receiver.ledger_outcome(&peer, &id) {
+                        if let Some((reason, detail)) = self.receiver.ledger_decline(&peer, &id) {
+                            declines.push((peer.clone(), reason, detail));
+                        }
                         receiver.push((peer, o));
                     }
                 }
@@ -981,6 +993,7 @@ impl Driver {
                     }),
                     deadline_at: self.custodian.pending_deadline(&id),
                     receiver,
+                    declines,
                 };
                 // What the view says is durable before it is shown (C-ND-2).
                 self.after_commit(Box::new(move |_: &Driver| {

@@ -279,6 +279,16 @@ impl Renewals {
         let Some(key) = admitted.key else {
             return;
         };
+        // The custodian gave an unsequenced offer the next sequence on its
+        // key (C-OR-1): the chain follows the obligation as issued.
+        let issued;
+        let ob = match (ob.sequence(), principal.issued(&key)) {
+            (None, Some((s, by))) if by == ob.id() => {
+                issued = ob.with_sequence(Some(*s));
+                &issued
+            }
+            _ => ob,
+        };
         if admitted.leased.is_none() {
             self.warn_revocation(&key, ob);
         }
@@ -426,7 +436,7 @@ impl Renewals {
                 tracing::debug!(%key, "principal no longer grants: lease renewals stopped");
                 continue;
             }
-            match renewal_of(c, now) {
+            match renewal_of(c, now, principal.next_sequence(&key)) {
                 Ok(ob) => due.push((key, ob)),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "lease renewal could not be built; renewals stopped");
@@ -507,13 +517,19 @@ fn still_grants(principal: &PrincipalState, key: &GovernedKey, ob: &Obligation) 
 }
 
 /// The next grant of chain `c`, issued at `now`: same kind, target,
-/// payload (lease term included), deadline and retries; a fresh id; the
-/// next sequence on the key.
-fn renewal_of(c: &Chain, now: Timestamp) -> Result<Obligation, abhyasa_core::FieldError> {
+/// payload (lease term included), deadline and retries; a fresh id; `next`,
+/// the next sequence this node issues on the key (its durable counter,
+/// C-OR-1), never below the chain's own next.
+fn renewal_of(
+    c: &Chain,
+    now: Timestamp,
+    next: Sequence,
+) -> Result<Obligation, abhyasa_core::FieldError> {
     let last = &c.last;
     let seq = c.sequence().0.checked_add(1).ok_or_else(|| {
         abhyasa_core::FieldError::invalid("sequence", "the key's sequences are exhausted")
     })?;
+    let seq = seq.max(next.0);
     Obligation::builder()
         .id(format!("{}~renewal-{}", c.root, c.renewals + 1))
         .kind(last.kind().as_str())

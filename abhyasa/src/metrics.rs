@@ -79,6 +79,13 @@ pub struct MetricsSnapshot {
     pub acks_ignored: u64,
     /// Receiver-side applications.
     pub receiver_applied: u64,
+    /// Receiver: obligations declined (any reason).
+    #[serde(default)]
+    pub receiver_declined: u64,
+    /// Receiver: obligations declined `unauthorized`, from a peer whose
+    /// policy does not let it issue them (C-AZ-1).
+    #[serde(default)]
+    pub receiver_unauthorized: u64,
     /// Frames received.
     pub frames_in: u64,
     /// Frames sent.

@@ -39,6 +39,18 @@ pub enum Invariant {
     AppliedMeansApplied,
     /// Supersession never regresses, receiver side or principal side.
     Supersession,
+    /// C-OR-2: once a receiver applied a withhold that was its issuer's
+    /// latest decision on the key, no later write grants that key again
+    /// (whatever a relay or transport held, reordered or replayed).
+    WithdrawnStaysWithdrawn,
+    /// C-AZ-2: one issuer never writes a governed key another issuer
+    /// wrote at the same receiver: the key carries its issuer.
+    IssuersApart,
+    /// C-OR-1: a receiver never declines an issuer's latest decision on a
+    /// key `superseded` (nothing it issued there is newer, and no one else
+    /// governs its key): the sequences its node assigns order its
+    /// decisions whatever the delivery order.
+    NewestHonoured,
     /// The harness could not run or observe the transfer (not a protocol
     /// rule, but a run that cannot be checked is not a pass).
     Harness,
@@ -57,6 +69,9 @@ impl Invariant {
             Invariant::Deadline => "deadline",
             Invariant::AppliedMeansApplied => "applied-means-applied",
             Invariant::Supersession => "supersession",
+            Invariant::WithdrawnStaysWithdrawn => "C-OR-2",
+            Invariant::IssuersApart => "C-AZ-2",
+            Invariant::NewestHonoured => "C-OR-1",
             Invariant::Harness => "harness",
         }
     }
@@ -136,6 +151,7 @@ pub fn check(t: &Trace) -> Vec<Violation> {
     check_custody(t, &offers, &terminals, &mut out);
     check_terminals(t, &offers, &terminals, &mut out);
     check_supersession(t, &mut out);
+    check_authority(t, &terminals, &mut out);
     out.0
 }
 
@@ -442,6 +458,70 @@ fn check_supersession(t: &Trace, out: &mut Out) {
             } else {
                 *newest = seq.0;
             }
+        }
+    }
+}
+
+/// C-OR-2 and C-AZ-2 over the receivers' authorization writes in commit
+/// order: a latest withhold, once written, is the last word on its key at
+/// that receiver (and custody reporting it `applied` is then true at the
+/// end); no key is written by two issuers.
+fn check_authority(t: &Trace, terminals: &BTreeMap<Key, Vec<&Terminal>>, out: &mut Out) {
+    let latest: BTreeSet<&Key> = t.latest_withholds.iter().collect();
+    let mut last: BTreeMap<(&AgentId, &str), &crate::trace::AuthorityWrite> = BTreeMap::new();
+    let mut writers: BTreeMap<(&AgentId, &str), BTreeSet<&AgentId>> = BTreeMap::new();
+    for w in &t.authority_writes {
+        last.insert((&w.receiver, w.key.as_str()), w);
+        writers
+            .entry((&w.receiver, w.key.as_str()))
+            .or_default()
+            .insert(&w.custodian);
+    }
+    let mut reported = BTreeSet::new();
+    for w in &t.authority_writes {
+        let k = (w.custodian.clone(), w.id.clone());
+        if w.granted || !latest.contains(&k) || !reported.insert(k.clone()) {
+            continue;
+        }
+        let Some(end) = last.get(&(&w.receiver, w.key.as_str())) else {
+            continue;
+        };
+        if end.granted {
+            let custody = terminals
+                .get(&k)
+                .and_then(|v| v.first())
+                .map_or("no custody close".to_string(), |c| {
+                    format!("custody {:?}", c.outcome)
+                });
+            out.push(
+                Invariant::WithdrawnStaysWithdrawn,
+                Some(&k),
+                format!(
+                    "receiver {} applied this latest withhold on {}, then {}/{} granted it \
+                     again ({custody})",
+                    w.receiver, w.key, end.custodian, end.id
+                ),
+            );
+        }
+    }
+    let newest: BTreeSet<&Key> = t.latest_decisions.iter().collect();
+    for (receiver, k) in &t.superseded {
+        if newest.contains(k) {
+            out.push(
+                Invariant::NewestHonoured,
+                Some(k),
+                format!("receiver {receiver} declined this latest decision on its key superseded"),
+            );
+        }
+    }
+    for ((receiver, key), who) in writers {
+        if who.len() > 1 {
+            let names: Vec<&str> = who.iter().map(|a| a.as_str()).collect();
+            out.push(
+                Invariant::IssuersApart,
+                None,
+                format!("receiver {receiver}: issuers {names:?} all wrote governed key {key}"),
+            );
         }
     }
 }

@@ -10,7 +10,8 @@
 //!   outcome), principal-side writes and weights.
 //! * [`check()`]: reads a [`Trace`] and returns typed [`Violation`]s, each
 //!   naming the invariant it breaks ([`Invariant`]: AC-1, AB-1..AB-4,
-//!   declined ≠ applied, deadlines, supersession).
+//!   declined ≠ applied, deadlines, supersession, withdrawn authority
+//!   stays withdrawn, issuers apart).
 //! * [`sim`]: one custodian, one receiver and a seeded lossy channel in
 //!   virtual time — the deliver-or-report sweep (C-DOR-1..3) and the engine
 //!   of `abhyasa-sim sweep`'s core model — whose every transfer is checked
@@ -29,6 +30,6 @@ pub mod trace;
 
 pub use checker::{check, Invariant, Violation};
 pub use trace::{
-    Application, AppliedByApplier, Key, Offer, Outcome, PrincipalProbe, PrincipalSequence,
-    Terminal, Trace,
+    Application, AppliedByApplier, AuthorityWrite, Key, Offer, Outcome, PrincipalProbe,
+    PrincipalSequence, Terminal, Trace,
 };

@@ -543,6 +543,10 @@ impl Pair {
             probes: BTreeMap::new(),
             principal_writes: seen.principal,
             pending_at_end: Vec::new(),
+            authority_writes: Vec::new(),
+            latest_withholds: Vec::new(),
+            latest_decisions: Vec::new(),
+            superseded: Vec::new(),
         };
         TransferResult {
             outcome,

@@ -145,6 +145,22 @@ pub struct PrincipalSequence {
     pub sequence: Option<Sequence>,
 }
 
+/// A committed write to a receiver's authorization on a governed key (the
+/// effect of an `applied` ledger record), in commit order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuthorityWrite {
+    /// The receiver that committed it.
+    pub receiver: AgentId,
+    /// The authenticated peer that issued the obligation.
+    pub custodian: AgentId,
+    /// The obligation.
+    pub id: ObligationId,
+    /// The effect key the receiver wrote (its governed key as it holds it).
+    pub key: String,
+    /// Granted (else withheld).
+    pub granted: bool,
+}
+
 /// Everything a run saw happen.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Trace {
@@ -167,4 +183,16 @@ pub struct Trace {
     /// Custody still pending once every deadline (and the grace period)
     /// passed.
     pub pending_at_end: Vec<Key>,
+    /// Authorization writes at the receivers, in commit order (empty: not
+    /// observed; the C-OR-2 and C-AZ-2 rules then see nothing).
+    pub authority_writes: Vec<AuthorityWrite>,
+    /// Withholds (revoke, restrict) that were their issuer's latest
+    /// decision on their governed key (C-OR-2).
+    pub latest_withholds: Vec<Key>,
+    /// Every issuer's latest decision on each governed key it issued on,
+    /// withholding or widening (C-OR-1).
+    pub latest_decisions: Vec<Key>,
+    /// Obligations a receiver declined `superseded` (committed ledger
+    /// records), with the receiver.
+    pub superseded: Vec<(AgentId, Key)>,
 }

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use abhyasa_check::{
-    check, Application, AppliedByApplier, Invariant, Key, Offer, Outcome, PrincipalProbe,
-    PrincipalSequence, Terminal, Trace,
+    check, Application, AppliedByApplier, AuthorityWrite, Invariant, Key, Offer, Outcome,
+    PrincipalProbe, PrincipalSequence, Terminal, Trace,
 };
 use abhyasa_core::custody::LedgerOutcome;
 use abhyasa_core::{AgentId, GovernedKey, GuardOutcome, ObligationId, Sequence, Timestamp};
@@ -457,4 +457,89 @@ fn violations_name_their_invariant_and_obligation() {
     assert_eq!(v.invariant.name(), "AB-1");
     assert_eq!(v.obligation_name().as_deref(), Some("custodian/ob-1"));
     assert!(v.to_string().starts_with("AB-1: custodian/ob-1: "), "{v}");
+}
+
+fn write(issuer: &str, id: &str, key: &str, granted: bool) -> AuthorityWrite {
+    AuthorityWrite {
+        receiver: agent("receiver"),
+        custodian: agent(issuer),
+        id: ObligationId::new(id).unwrap(),
+        key: key.into(),
+        granted,
+    }
+}
+
+/// Alice revokes (her latest decision), the edge applies it; the trace
+/// holds whatever writes follow.
+fn withdrawn(after: Vec<AuthorityWrite>) -> Trace {
+    let mut writes = vec![write("alice", "grant", "@alice/s", true)];
+    writes.push(write("alice", "revoke", "@alice/s", false));
+    writes.extend(after);
+    Trace {
+        authority_writes: writes,
+        latest_withholds: vec![(agent("alice"), ObligationId::new("revoke").unwrap())],
+        ..Trace::default()
+    }
+}
+
+// C-OR-2: a grant committed after the latest withhold on the same key at
+// the same receiver (a relay delivered it late) is reported; a grant on
+// another receiver's key, or the withhold written again, is not.
+#[test]
+fn c_or_2_withdrawn_authority_stays_withdrawn() {
+    assert!(check(&withdrawn(Vec::new())).is_empty());
+    let late = withdrawn(vec![write("alice", "grant", "@alice/s", true)]);
+    only(
+        &late,
+        Invariant::WithdrawnStaysWithdrawn,
+        "then alice/grant granted it again",
+    );
+    let mut elsewhere = write("alice", "grant", "@alice/s", true);
+    elsewhere.receiver = agent("other-edge");
+    assert!(check(&withdrawn(vec![elsewhere])).is_empty());
+    // Not the latest decision: a grant after it is the principal's will.
+    let mut not_latest = late.clone();
+    not_latest.latest_withholds.clear();
+    assert!(check(&not_latest).is_empty());
+}
+
+// C-AZ-2: two issuers writing one governed key at one receiver is
+// reported, whatever the order; each under its own key is not.
+#[test]
+fn c_az_2_issuers_never_share_a_key() {
+    let shared = withdrawn(vec![write("relay", "x", "@alice/s", false)]);
+    only(
+        &shared,
+        Invariant::IssuersApart,
+        "wrote governed key @alice/s",
+    );
+    let apart = withdrawn(vec![write("relay", "x", "@relay/s", true)]);
+    assert!(check(&apart).is_empty());
+    // Both rules at once: another issuer's grant undoes alice's revoke.
+    let undone = withdrawn(vec![write("relay", "x", "@alice/s", true)]);
+    let got = check(&undone);
+    assert!(got
+        .iter()
+        .any(|v| v.invariant == Invariant::WithdrawnStaysWithdrawn));
+    assert!(got.iter().any(|v| v.invariant.name() == "C-AZ-2"));
+}
+
+// C-OR-1: the latest decision declined `superseded` is reported; an older
+// one declined so is the guard working.
+#[test]
+fn c_or_1_latest_decision_never_superseded() {
+    let latest = (agent("alice"), ObligationId::new("grant-2").unwrap());
+    let older = (agent("alice"), ObligationId::new("revoke-1").unwrap());
+    let mut t = Trace {
+        latest_decisions: vec![latest.clone()],
+        superseded: vec![(agent("receiver"), older)],
+        ..Trace::default()
+    };
+    assert!(check(&t).is_empty());
+    t.superseded.push((agent("receiver"), latest));
+    only(
+        &t,
+        Invariant::NewestHonoured,
+        "declined this latest decision on its key superseded",
+    );
 }

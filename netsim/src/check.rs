@@ -111,6 +111,10 @@ impl Observation {
             probes,
             principal_writes: Vec::new(),
             pending_at_end: Vec::new(),
+            authority_writes: Vec::new(),
+            latest_withholds: Vec::new(),
+            latest_decisions: Vec::new(),
+            superseded: Vec::new(),
         }
     }
 }

@@ -18,7 +18,8 @@ pub use custodian::{
 };
 pub use outbox::{CommitToken, RecordBatch};
 pub use receiver::{
-    CompleteError, ExternalOutcome, Received, Receiver, ReceiverConfig, ReceiverEvent,
+    AuthorityPolicy, CompleteError, ExternalOutcome, PeerPolicy, Received, Receiver,
+    ReceiverConfig, ReceiverEvent,
 };
 pub use record::{
     ClosedRecord, CustodianSnapshot, CustodyOutcome, DeclineDisposition, EffectValue, EffectWrite,

@@ -65,6 +65,10 @@ pub enum DeclineReason {
     /// The same obligation id arrived with a different content digest. Not a
     /// discharge: the custodian escalates with cause `conflict`.
     Conflict,
+    /// The authenticated peer may not issue this kind on this governed key
+    /// (the receiver's per-peer authority policy; a relay governs nothing).
+    /// Never applied; the custodian treats it as any other decline.
+    Unauthorized,
 }
 
 impl DeclineReason {
@@ -76,6 +80,7 @@ impl DeclineReason {
             Self::Superseded => "superseded",
             Self::UnsupportedKind => "unsupported_kind",
             Self::Conflict => "conflict",
+            Self::Unauthorized => "unauthorized",
         }
     }
 
@@ -87,11 +92,13 @@ impl DeclineReason {
             "superseded" => Ok(Self::Superseded),
             "unsupported_kind" => Ok(Self::UnsupportedKind),
             "conflict" => Ok(Self::Conflict),
+            "unauthorized" => Ok(Self::Unauthorized),
             _ => Err(FieldError::new(
                 field,
                 FieldProblem::UnknownValue {
                     value: s.to_string(),
-                    expected: "policy | expired | superseded | unsupported_kind | conflict",
+                    expected:
+                        "policy | expired | superseded | unsupported_kind | conflict | unauthorized",
                 },
             )),
         }

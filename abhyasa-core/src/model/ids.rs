@@ -8,7 +8,7 @@ use crate::error::{FieldError, FieldProblem};
 /// Longest identifier accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 
-fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
+fn check_id(field: &str, s: &str, max: usize) -> Result<(), FieldError> {
     let b = s.as_bytes();
     let (Some(first), Some(last)) = (b.first(), b.last()) else {
         return Err(FieldError::new(field, FieldProblem::Empty));
@@ -27,11 +27,8 @@ fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
     if padded {
         return Err(FieldError::new(field, FieldProblem::Padded));
     }
-    if s.len() > MAX_ID_BYTES {
-        return Err(FieldError::new(
-            field,
-            FieldProblem::TooLong { max: MAX_ID_BYTES },
-        ));
+    if s.len() > max {
+        return Err(FieldError::new(field, FieldProblem::TooLong { max }));
     }
     if !printable && s.chars().any(char::is_control) {
         return Err(FieldError::new(field, FieldProblem::ControlCharacter));
@@ -41,6 +38,9 @@ fn check_id(field: &str, s: &str) -> Result<(), FieldError> {
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        string_id!($(#[$doc])* $name, $field, MAX_ID_BYTES);
+    };
+    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr) => {
         $(#[$doc])*
         ///
         /// Non-empty, no leading/trailing white space, no control
@@ -56,7 +56,7 @@ macro_rules! string_id {
 
             /// Validates, naming `field` in the error.
             pub fn parse_field(field: &str, s: &str) -> Result<Self, FieldError> {
-                check_id(field, s)?;
+                check_id(field, s, $max)?;
                 Ok(Self(Arc::from(s)))
             }
 
@@ -125,10 +125,70 @@ string_id!(
 string_id!(
     /// The state an obligation governs (a consent scope, a routing weight, a
     /// token), namespaced by kind and target so two different things never
-    /// share a key. Built by polarity rules.
+    /// share a key. Polarity rules build the issuer-less form
+    /// `kind/target/name`; a receiver holds every key under its issuer
+    /// ([`GovernedKey::issued_by`]), so one peer's obligation never touches
+    /// another's state. At most [`MAX_KEY_BYTES`] bytes.
     GovernedKey,
-    "key"
+    "key",
+    MAX_KEY_BYTES
 );
+
+/// Longest governed key: an issuer id (each byte at most three once
+/// escaped), its marker and separator, and an issuer-less key.
+pub const MAX_KEY_BYTES: usize = 4 * MAX_ID_BYTES + 2;
+
+/// The first byte of a governed key held under its issuer.
+const ISSUER_MARK: char = '@';
+
+impl GovernedKey {
+    /// This key held under `issuer`: `@<issuer>/<key>`, where the issuer's
+    /// `%` and `/` are escaped (`%25`, `%2F`) so the first `/` ends it and
+    /// two (issuer, key) pairs never share a string. A key already held
+    /// under an issuer is returned unchanged.
+    pub fn issued_by(&self, issuer: &AgentId) -> GovernedKey {
+        if self.issuer_part().is_some() {
+            return self.clone();
+        }
+        #[cfg(feature = "mutations")]
+        if crate::mutations::active(crate::mutations::Mutation::IssuerNotInKey) {
+            return self.clone();
+        }
+        let mut s = String::with_capacity(self.0.len() + issuer.as_str().len() + 2);
+        s.push(ISSUER_MARK);
+        for c in issuer.as_str().chars() {
+            match c {
+                '%' => s.push_str("%25"),
+                '/' => s.push_str("%2F"),
+                c => s.push(c),
+            }
+        }
+        s.push('/');
+        s.push_str(&self.0);
+        // Both parts passed the id rules (no control character, no
+        // padding) and the length fits MAX_KEY_BYTES by construction.
+        GovernedKey(Arc::from(s))
+    }
+
+    /// The escaped issuer part and the issuer-less key, if this key is held
+    /// under an issuer.
+    fn issuer_part(&self) -> Option<(&str, &str)> {
+        self.0.strip_prefix(ISSUER_MARK)?.split_once('/')
+    }
+
+    /// The issuer this key is held under, if any.
+    pub fn issuer(&self) -> Option<AgentId> {
+        let (escaped, _) = self.issuer_part()?;
+        let raw = escaped.replace("%2F", "/").replace("%25", "%");
+        AgentId::new(raw).ok()
+    }
+
+    /// The issuer-less key (`kind/target/name`): the key itself when it is
+    /// not held under an issuer.
+    pub fn unqualified(&self) -> &str {
+        self.issuer_part().map_or(&self.0, |(_, k)| k)
+    }
+}
 
 /// Issuance order of obligations on one governed key (supersession guard).
 #[derive(
@@ -261,7 +321,7 @@ mod tests {
             s in "[ -~\t\u{7f}\u{a0}\u{2003}\u{85}]{0,8}|[a-z -]{0,300}|\\PC{0,6}|.{0,6}"
         ) {
             proptest::prop_assert_eq!(
-                check_id("id", &s).map_err(|e| e.problem),
+                check_id("id", &s, MAX_ID_BYTES).map_err(|e| e.problem),
                 check_id_by_the_rules(&s)
             );
         }

@@ -9,7 +9,9 @@ mod safe;
 mod time;
 
 pub use ack::{AckStatus, CustodyAck, DeclineReason};
-pub use ids::{AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, MAX_ID_BYTES};
+pub use ids::{
+    AgentId, Digest, GovernedKey, Kind, ObligationId, Sequence, MAX_ID_BYTES, MAX_KEY_BYTES,
+};
 pub(crate) use obligation::json_type as obligation_json_type;
 pub use obligation::{
     payload_number, Obligation, ObligationBuilder, Payload, MAX_DEADLINE_SECONDS,

@@ -372,6 +372,25 @@ impl Obligation {
     pub fn sequence(&self) -> Option<Sequence> {
         self.0.sequence
     }
+    /// This obligation with `sequence` instead of its own, and the digest
+    /// that content has (the issuer assigning the order on a key, C-OR-1).
+    pub fn with_sequence(&self, sequence: Option<Sequence>) -> Obligation {
+        let o = &self.0;
+        let mut inner = Inner {
+            obligation_id: o.obligation_id.clone(),
+            kind: o.kind.clone(),
+            target: o.target.clone(),
+            payload: o.payload.clone(),
+            deadline_seconds: o.deadline_seconds,
+            max_retries: o.max_retries,
+            created_at: o.created_at,
+            sequence,
+            digest: Digest([0; 32]),
+        };
+        inner.digest = compute_digest(&inner);
+        Obligation(Arc::new(inner))
+    }
+
     /// Content digest of the immutable fields.
     pub fn digest(&self) -> Digest {
         self.0.digest

@@ -420,7 +420,7 @@ impl PrincipalFold {
     }
 
     /// The folded writes, sorted by key (authorizations, then weights, then
-    /// open decisions).
+    /// open decisions, then issued sequences).
     pub fn writes(&self) -> Vec<PrincipalWrite> {
         let auths: BTreeMap<_, _> = self.state.authorizations().collect();
         let weights: BTreeMap<_, _> = self.state.weights().collect();
@@ -446,6 +446,16 @@ impl PrincipalFold {
                 .decisions()
                 .cloned()
                 .map(PrincipalWrite::DecisionRaised),
+        );
+        let issued: BTreeMap<_, _> = self.state.issued_sequences().collect();
+        out.extend(
+            issued
+                .into_iter()
+                .map(|(key, (sequence, id))| PrincipalWrite::Issued {
+                    key: key.clone(),
+                    sequence: *sequence,
+                    obligation_id: id.clone(),
+                }),
         );
         out
     }

@@ -73,6 +73,7 @@ fn ack_member(a: &CustodyAck) -> pb::AckMember {
             Some(DeclineReason::Superseded) => pb::DeclineReason::Superseded,
             Some(DeclineReason::UnsupportedKind) => pb::DeclineReason::UnsupportedKind,
             Some(DeclineReason::Conflict) => pb::DeclineReason::Conflict,
+            Some(DeclineReason::Unauthorized) => pb::DeclineReason::Unauthorized,
         } as i32,
         detail: a.detail.clone().unwrap_or_default(),
         acked_at_micros: a.acked_at.unix_micros(),
@@ -114,6 +115,7 @@ fn from_member(
         Ok(pb::DeclineReason::Superseded) => Some(DeclineReason::Superseded),
         Ok(pb::DeclineReason::UnsupportedKind) => Some(DeclineReason::UnsupportedKind),
         Ok(pb::DeclineReason::Conflict) => Some(DeclineReason::Conflict),
+        Ok(pb::DeclineReason::Unauthorized) => Some(DeclineReason::Unauthorized),
         Err(_) => {
             return Err(FieldError::new(
                 "reason",

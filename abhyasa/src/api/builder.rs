@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use abhyasa_core::custody::{Applier, CustodianConfig, ReceiverConfig};
+use abhyasa_core::custody::{Applier, CustodianConfig, PeerPolicy, ReceiverConfig};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::Store;
 use abhyasa_core::AgentId;
@@ -109,6 +109,15 @@ impl NodeBuilder {
     /// Receiver configuration (its agent must be the builder's).
     pub fn receiver(mut self, config: ReceiverConfig) -> Self {
         self.options.receiver = config;
+        self
+    }
+
+    /// What `peer` may govern at this node's receiver (C-AZ-1): the kinds
+    /// and issuer-less key prefixes it may issue, or nothing if it is a
+    /// relay ([`PeerPolicy::relay`]). A peer without one governs every
+    /// kind on keys held under its own identity only.
+    pub fn peer_policy(mut self, peer: AgentId, policy: PeerPolicy) -> Self {
+        self.options.receiver.authority.set_peer(peer, policy);
         self
     }
 

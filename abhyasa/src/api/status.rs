@@ -3,7 +3,7 @@
 //! (`"custodian": "pending"`, `"receiver": [["alice", "applied"]]`).
 
 use abhyasa_core::custody::{LedgerOutcome, TerminalState};
-use abhyasa_core::{AgentId, ObligationId, Timestamp};
+use abhyasa_core::{AgentId, DeclineReason, ObligationId, Timestamp};
 
 /// The custodian side of an obligation: under custody, or how it ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -62,6 +62,11 @@ pub struct StatusView {
     /// Receiver side: the ledger outcome per custodian, if this node
     /// received it.
     pub receiver: Vec<(AgentId, LedgerOutcome)>,
+    /// Receiver side: why each custodian's delivery was declined (the
+    /// reason and the receiver's text, e.g. `unauthorized` with the policy
+    /// that refused it), for the entries of `receiver` that are declines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declines: Vec<(AgentId, DeclineReason, Option<String>)>,
 }
 
 impl StatusView {

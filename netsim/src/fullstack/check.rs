@@ -147,6 +147,10 @@ fn trace(s: &Scenario, t: &Inner, pending_at_end: &[String]) -> (Trace, Vec<Stri
             })
             .collect(),
         pending_at_end: pending,
+        authority_writes: t.authority_writes.clone(),
+        latest_withholds: t.latest_withholds.clone(),
+        latest_decisions: t.latest_decisions.clone(),
+        superseded: t.superseded.clone(),
     };
     (trace, unmatched)
 }

@@ -24,8 +24,10 @@ use abhyasa_core::{AgentId, Obligation, RetryBackoff, Timestamp};
 use abhyasa_quic::{Identity, PeerPin, QuicConfig};
 use abhyasa_spool::{relayed, RelayParts, RelayedConfig, SpoolLimits};
 use abhyasa_transport::{Incoming, LinkConfig, Transport};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
-use super::scenario::{Scenario, TransportKind, RELAY_HOST};
+use super::scenario::{HostileLink, Scenario, TransportKind, RELAY_HOST};
 use super::truth::{RecordingApplier, RecordingStore, Truth};
 use super::udp::{Dropper, SimUdp};
 
@@ -126,6 +128,15 @@ pub(crate) async fn run_host(ctx: Arc<HostCtx>) -> Result<(), Box<dyn std::error
             c.clock = Arc::new(move || clock.now());
             relayed(transport, c).0
         }
+        None => transport,
+    };
+    let transport = match &ctx.scenario.hostile {
+        Some(h) => hostile_link(
+            transport,
+            h.clone(),
+            super::truth::splitmix(ctx.seed ^ host_index(&ctx.name) ^ incarnation.rotate_left(32)),
+            ctx.truth.clone(),
+        ),
         None => transport,
     };
     let transport = count_frames(transport, ctx.truth.clone());
@@ -288,6 +299,66 @@ async fn start_transport(ctx: &HostCtx, incarnation: u64) -> Result<Transport, H
                 .map_err(|e| start_err(&ctx.name, e))
         }
         TransportKind::Ws => super::ws::start(ctx, link_config()).await,
+    }
+}
+
+/// Most earlier frames the hostile transport keeps for replay; past it a
+/// random kept frame gives way to the new one.
+const REPLAY_MEMORY: usize = 256;
+
+/// Interposes the hostile transport ([`HostileLink`]) on the incoming
+/// queue: each frame may be duplicated and followed by a replay of an
+/// earlier one, and each copy may be held back for up to `hold_max` while
+/// later frames pass. Frames keep the authenticated peer they came from.
+fn hostile_link(t: Transport, h: HostileLink, seed: u64, truth: Truth) -> Transport {
+    let Transport {
+        handle,
+        mut incoming,
+    } = t;
+    let (tx, rx) = tokio::sync::mpsc::channel(4096);
+    tokio::spawn(async move {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut seen: Vec<Incoming> = Vec::new();
+        while let Some(i) = incoming.recv().await {
+            if !matches!(i, Incoming::Frame { .. }) {
+                if tx.send(i).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let mut out = vec![i.clone()];
+            if rng.random::<f64>() < h.duplicate {
+                out.push(i.clone());
+                truth.with(|t| t.hostile.duplicated += 1);
+            }
+            if !seen.is_empty() && rng.random::<f64>() < h.replay {
+                out.push(seen[rng.random_range(0..seen.len())].clone());
+                truth.with(|t| t.hostile.replayed += 1);
+            }
+            if seen.len() < REPLAY_MEMORY {
+                seen.push(i);
+            } else {
+                let k = rng.random_range(0..seen.len());
+                seen[k] = i;
+            }
+            for f in out {
+                if rng.random::<f64>() < h.hold {
+                    let d = h.hold_max.0.mul_f64(rng.random::<f64>());
+                    truth.with(|t| t.hostile.held += 1);
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(d).await;
+                        let _ = tx.send(f).await;
+                    });
+                } else if tx.send(f).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Transport {
+        handle,
+        incoming: rx,
     }
 }
 

@@ -24,10 +24,10 @@ mod udp;
 mod ws;
 
 pub use check::Violation;
-pub use report::{Count, Outcomes, Overhead, Percentiles, RelayReport, RunReport};
+pub use report::{Count, HostileReport, Outcomes, Overhead, Percentiles, RelayReport, RunReport};
 pub use run::{run_scenario, RunError, T0_UNIX_SECONDS};
 pub use scenario::{
-    parse_duration, Crash, Direction, Dur, Flap, Hosts, KindMix, LinkProfile, Partition,
-    ReceiverBehaviour, RelaySetup, Scenario, ScenarioError, TransportKind, Window, Workload,
-    RELAY_HOST,
+    parse_duration, Crash, Direction, Dur, Flap, HostileLink, Hosts, KindMix, LinkProfile,
+    Partition, Race, ReceiverBehaviour, RelaySetup, Scenario, ScenarioError, TransportKind, Window,
+    Workload, RELAY_HOST,
 };

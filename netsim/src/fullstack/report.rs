@@ -115,12 +115,29 @@ pub struct Overhead {
     pub datagrams_per_obligation: f64,
 }
 
+/// What the hostile transport did (scenarios with `[hostile]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostileReport {
+    /// Frames (or copies) held back, so later frames overtook them.
+    pub held: u64,
+    /// Frames delivered twice.
+    pub duplicated: u64,
+    /// Earlier frames put back in flight.
+    pub replayed: u64,
+    /// Obligations the receivers declined `superseded` (the guard at work:
+    /// a late or replayed older decision).
+    pub declined_superseded: u64,
+}
+
 /// The report of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
     /// The relay's spool, in relayed scenarios.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<RelayReport>,
+    /// The hostile transport's work, in scenarios that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostile: Option<HostileReport>,
     /// Scenario name.
     pub scenario: String,
     /// Seed.
@@ -320,6 +337,12 @@ impl RunReport {
             violation_count,
             violations,
             relay: None,
+            hostile: s.hostile.as_ref().map(|_| HostileReport {
+                held: t.hostile.held,
+                duplicated: t.hostile.duplicated,
+                replayed: t.hostile.replayed,
+                declined_superseded: t.superseded.len() as u64,
+            }),
         }
     }
 
@@ -402,6 +425,23 @@ impl fmt::Display for RunReport {
                 r.spool_peak, r.spool_peak_to_custodians, r.spool_at_end
             )?;
         }
-        write!(f, "  violations {}", self.violation_count)
+        if let Some(h) = &self.hostile {
+            writeln!(
+                f,
+                "  hostile transport: {} held, {} duplicated, {} replayed; {} declined superseded",
+                h.held, h.duplicated, h.replayed, h.declined_superseded
+            )?;
+        }
+        write!(f, "  violations {}", self.violation_count)?;
+        for v in self.violations.iter().take(5) {
+            write!(
+                f,
+                "\n    {} {}: {}",
+                v.invariant,
+                v.obligation.as_deref().unwrap_or("-"),
+                v.detail
+            )?;
+        }
+        Ok(())
     }
 }

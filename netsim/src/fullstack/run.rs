@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use abhyasa_core::store::{SimStore, Store};
-use abhyasa_core::{AgentId, Obligation, Timestamp};
+use abhyasa_core::{AgentId, Obligation, ObligationId, Timestamp};
 use abhyasa_quic::generate_identity;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -16,7 +16,7 @@ use serde_json::json;
 use super::check::{check, check_windows};
 use super::host::{run_host, HostCtx, Planned, Role};
 use super::report::{RelayReport, RunReport};
-use super::scenario::{Direction, Scenario, TransportKind, RELAY_HOST};
+use super::scenario::{Direction, Race, Scenario, TransportKind, RELAY_HOST};
 use super::truth::{lock, splitmix, Truth};
 use super::udp::{DatagramFaults, Dropper};
 
@@ -67,6 +67,9 @@ fn plan(
     t0: Timestamp,
     receivers: &[AgentId],
 ) -> Result<Vec<Planned>, RunError> {
+    if let Some(r) = &s.race {
+        return race_plan(s, r, c, t0, receivers);
+    }
     let w = &s.workload;
     let mut rng = ChaCha8Rng::seed_from_u64(splitmix(seed ^ splitmix(0x706c_616e ^ u64::from(c))));
     let k = &w.kinds;
@@ -133,6 +136,85 @@ fn plan(
         }
     }
     Ok(out)
+}
+
+/// The grant/revoke race (`[race]`): round `r` is scope `race-r` at
+/// receiver `r mod receivers`. Custodian 0 (alice) grants it at the round's
+/// start and revokes it `gap` later, with no caller-given sequence; every
+/// other custodian grants it in its own name `2 × gap` after the start,
+/// with the scenario's rival sequence.
+fn race_plan(
+    s: &Scenario,
+    race: &Race,
+    c: u32,
+    t0: Timestamp,
+    receivers: &[AgentId],
+) -> Result<Vec<Planned>, RunError> {
+    let w = &s.workload;
+    let max_retries = s.max_retries();
+    let mut out = Vec::new();
+    for r in 0..w.obligations {
+        let start = w.start.0 + w.interval.0 * r;
+        let target = &receivers[r as usize % receivers.len()];
+        let scope = format!("race-{r}");
+        let decisions: Vec<(&str, Duration, Option<u64>)> = if c == 0 {
+            (0u32..)
+                .zip(&race.alice)
+                .map(|(n, d)| (d.as_str(), start + race.gap.0 * n, None))
+                .collect()
+        } else {
+            let after = u32::try_from(race.alice.len()).unwrap_or(u32::MAX);
+            vec![("grant", start + race.gap.0 * after, race.rival_sequence)]
+        };
+        for (k, (decision, at, sequence)) in decisions.into_iter().enumerate() {
+            let mut b = Obligation::builder()
+                .id(format!("c{c}-{r:04}-{k}-{decision}"))
+                .kind("anumati.consent")
+                .target(target.as_str())
+                .payload(json!({"decision": decision, "scope": scope}))
+                .deadline_seconds(i64::try_from(w.deadline.0.as_secs()).unwrap_or(i64::MAX))
+                .max_retries(i64::from(max_retries))
+                .created_at(t0.saturating_add(at));
+            if let Some(q) = sequence {
+                b = b.sequence(q);
+            }
+            let ob = b
+                .build()
+                .map_err(|e| RunError::Setup(format!("race obligation: {e}")))?;
+            out.push(Planned { at, obligation: ob });
+        }
+    }
+    Ok(out)
+}
+
+/// The obligations of `plan` that are their custodian's latest decision on
+/// their (sequence-guarded) governed key, each with whether it withholds
+/// (admissible: a revoke or a restriction), for C-OR-1 and C-OR-2.
+fn latest_decisions(custodian: &AgentId, plan: &[Planned]) -> Vec<((AgentId, ObligationId), bool)> {
+    let registry = abhyasa_core::polarity::PolarityRegistry::standard();
+    let mut latest: BTreeMap<String, (Duration, usize, bool)> = BTreeMap::new();
+    for (i, p) in plan.iter().enumerate() {
+        let Ok(class) = registry.classify(&p.obligation) else {
+            continue;
+        };
+        let withhold = class.is_admissible();
+        let (Some(key), true) = (class.key, class.guarded) else {
+            continue;
+        };
+        let e = latest.entry(key.to_string()).or_insert((p.at, i, withhold));
+        if (p.at, i) >= (e.0, e.1) {
+            *e = (p.at, i, withhold);
+        }
+    }
+    latest
+        .values()
+        .map(|(_, i, withhold)| {
+            (
+                (custodian.clone(), plan[*i].obligation.id().clone()),
+                *withhold,
+            )
+        })
+        .collect()
 }
 
 fn schedule(s: &Scenario) -> Vec<(Duration, Action)> {
@@ -262,6 +344,15 @@ pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<RunReport, RunErro
             Role::Receiver | Role::Relay => Vec::new(),
         };
         planned += plan.len() as u64;
+        let latest = latest_decisions(&agents[name], &plan);
+        truth.with(|t| {
+            for (k, withhold) in latest {
+                if withhold {
+                    t.latest_withholds.push(k.clone());
+                }
+                t.latest_decisions.push(k);
+            }
+        });
         let disk = Arc::new(Mutex::new(SimStore::new()));
         disks.insert(name.clone(), (role, disk.clone()));
         let ctx = Arc::new(HostCtx {

@@ -254,6 +254,53 @@ impl Window {
 /// The relay host's name.
 pub const RELAY_HOST: &str = "relay";
 
+/// A hostile transport in front of every node's inbound queue: it may hold
+/// a frame back (so later frames overtake it), deliver it twice, and put an
+/// earlier frame it carried back in flight (a replay). It never forges: a
+/// frame is always delivered as coming from the peer that sent it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostileLink {
+    /// Probability a frame (or a copy of it) is held back.
+    #[serde(default)]
+    pub hold: f64,
+    /// Longest hold; each hold is drawn uniformly in `[0, hold_max]`.
+    pub hold_max: Dur,
+    /// Probability a frame is delivered twice.
+    #[serde(default)]
+    pub duplicate: f64,
+    /// Probability, per frame, that an earlier frame to the same node is
+    /// replayed after it.
+    #[serde(default)]
+    pub replay: f64,
+}
+
+/// A grant/revoke race, in place of the kind mix: each round `custodian-0`
+/// (alice) decides a fresh consent scope at a receiver, `alice` in order,
+/// `gap` apart (by default she grants, then revokes: her latest decision
+/// withdraws), each without a caller-given sequence (what `abhyasa send`
+/// does: whatever sequence they carry is her node's); every other
+/// custodian (a second pinned peer, such as a relay's own identity) grants
+/// the same scope in its own name `gap` after alice's last decision,
+/// claiming `rival_sequence`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Race {
+    /// Time between alice's grant and her revoke.
+    pub gap: Dur,
+    /// The sequence the other custodians put on their grants (absent:
+    /// none given; their node assigns one).
+    #[serde(default)]
+    pub rival_sequence: Option<u64>,
+    /// Alice's decisions each round, in order: `grant` or `revoke`.
+    #[serde(default = "default_alice")]
+    pub alice: Vec<String>,
+}
+
+fn default_alice() -> Vec<String> {
+    vec!["grant".into(), "revoke".into()]
+}
+
 /// Relative weights of the obligation kinds offered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -389,6 +436,12 @@ pub struct Scenario {
     /// its contact windows (absent: direct links).
     #[serde(default)]
     pub relay: Option<RelaySetup>,
+    /// A hostile transport in front of every node (absent: none).
+    #[serde(default)]
+    pub hostile: Option<HostileLink>,
+    /// The grant/revoke race workload (absent: the kind mix).
+    #[serde(default)]
+    pub race: Option<Race>,
 }
 
 fn default_tick() -> Dur {
@@ -765,6 +818,33 @@ impl Scenario {
                         ));
                     }
                 }
+            }
+        }
+        if let Some(h) = &self.hostile {
+            prob("hostile.hold", h.hold)?;
+            prob("hostile.duplicate", h.duplicate)?;
+            prob("hostile.replay", h.replay)?;
+            if h.hold > 0.0 && h.hold_max.0.is_zero() {
+                return Err(invalid("hostile.hold_max", "must be > 0 when hold > 0"));
+            }
+        }
+        if let Some(r) = &self.race {
+            if r.gap.0.is_zero() {
+                return Err(invalid("race.gap", "must be > 0"));
+            }
+            let steps = u32::try_from(r.alice.len()).unwrap_or(u32::MAX);
+            if r.gap.0 * steps >= w.interval.0 {
+                return Err(invalid(
+                    "race.gap",
+                    "times the number of alice's decisions must be under workload.interval \
+                     (a round's offers stay in it)",
+                ));
+            }
+            if r.alice.is_empty() || r.alice.iter().any(|d| d != "grant" && d != "revoke") {
+                return Err(invalid(
+                    "race.alice",
+                    "must list one or more decisions, each \"grant\" or \"revoke\"",
+                ));
             }
         }
         let r = &self.receiver;

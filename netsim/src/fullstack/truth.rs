@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use abhyasa_core::custody::{
-    Applier, ApplyContext, ApplyDecision, CustodyOutcome, LedgerOutcome, Record, StandardApplier,
+    Applier, ApplyContext, ApplyDecision, CustodyOutcome, EffectValue, LedgerOutcome, Record,
+    StandardApplier,
 };
+use abhyasa_core::principal::Authorization;
 use abhyasa_core::store::{
     Committed, Compacted, DurableState, EventId, SimStore, Store, StoreError, StoredEvent,
 };
@@ -111,6 +113,29 @@ pub(crate) struct Inner {
     pub(crate) relay_spool_peak: u64,
     /// Most frames it held at once for custodians (acks, replies).
     pub(crate) relay_back_peak: u64,
+    /// Authorization writes the receivers committed, in commit order
+    /// (C-OR-2, C-AZ-2).
+    pub(crate) authority_writes: Vec<abhyasa_check::AuthorityWrite>,
+    /// Withholds that are their issuer's latest decision on their key in
+    /// the workload.
+    pub(crate) latest_withholds: Vec<(AgentId, ObligationId)>,
+    /// Every issuer's latest decision on each of its keys in the workload.
+    pub(crate) latest_decisions: Vec<(AgentId, ObligationId)>,
+    /// Committed `superseded` declines: (receiver, (custodian, id)).
+    pub(crate) superseded: Vec<(AgentId, (AgentId, ObligationId))>,
+    /// What the hostile transport did.
+    pub(crate) hostile: HostileCounts,
+}
+
+/// What the hostile transport did to the frames it carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HostileCounts {
+    /// Frames (or copies) held back.
+    pub(crate) held: u64,
+    /// Frames delivered twice.
+    pub(crate) duplicated: u64,
+    /// Earlier frames replayed.
+    pub(crate) replayed: u64,
 }
 
 /// Shared ground truth. Cheap to clone.
@@ -175,7 +200,27 @@ impl Truth {
                 }
                 Record::Principal { writes, .. } => note_principal(&mut t, agent, writes),
                 Record::LateAck(_) => t.late_acks += 1,
+                Record::Ledger(l)
+                    if l.outcome == LedgerOutcome::Declined
+                        && l.reason == Some(DeclineReason::Superseded) =>
+                {
+                    t.superseded.push((
+                        agent.clone(),
+                        (l.custodian.clone(), l.obligation_id.clone()),
+                    ));
+                }
                 Record::Ledger(l) if l.outcome == LedgerOutcome::Applied => {
+                    for w in &l.effect {
+                        if let EffectValue::Authorization(a) = &w.value {
+                            t.authority_writes.push(abhyasa_check::AuthorityWrite {
+                                receiver: agent.clone(),
+                                custodian: l.custodian.clone(),
+                                id: l.obligation_id.clone(),
+                                key: w.key.clone(),
+                                granted: *a == Authorization::Granted,
+                            });
+                        }
+                    }
                     t.applications.push(Application {
                         receiver: agent.clone(),
                         custodian: l.custodian.clone(),

@@ -37,7 +37,7 @@ use abhyasa_core::custody::{
     ClosedRecord, CustodianSnapshot, CustodyOutcome, LedgerRecord, PendingRecord, ReceiverSnapshot,
     Record, TerminalSummary,
 };
-use abhyasa_core::principal::{PrincipalState, PrincipalWrite};
+use abhyasa_core::principal::{PrincipalState, PrincipalWrite, WeightRange};
 use abhyasa_core::wire::Message;
 use abhyasa_core::{Digest, Escalation, Obligation, Timestamp};
 use sha2::{Digest as _, Sha256};
@@ -121,6 +121,11 @@ fn principal_write(w: &mut dyn fmt::Write, p: &PrincipalWrite) -> fmt::Result {
             write!(w, "raise {} {:?};", i.obligation_id, i.reason)
         }
         PrincipalWrite::DecisionClosed { obligation_id } => write!(w, "close {obligation_id};"),
+        PrincipalWrite::Issued {
+            key,
+            sequence,
+            obligation_id,
+        } => write!(w, "issued {key} {sequence} {obligation_id};"),
     }
 }
 
@@ -247,7 +252,7 @@ pub(crate) fn message(w: &mut dyn fmt::Write, msg: &Message) -> fmt::Result {
     }
 }
 
-fn principal(w: &mut dyn fmt::Write, p: &PrincipalState) -> fmt::Result {
+pub(crate) fn principal(w: &mut dyn fmt::Write, p: &PrincipalState) -> fmt::Result {
     let mut auth: Vec<_> = p.authorizations().collect();
     auth.sort_by(|a, b| a.0.cmp(b.0));
     for (k, e) in auth {
@@ -264,7 +269,13 @@ fn principal(w: &mut dyn fmt::Write, p: &PrincipalState) -> fmt::Result {
 
 /// The principal state a restore from `d` rebuilds.
 pub(crate) fn fold_principal(d: &CustodianSnapshot, m: &AbhyasaModel) -> PrincipalState {
-    let mut p = PrincipalState::new(m.weight_range());
+    fold_principal_in(d, m.weight_range())
+}
+
+/// The principal state a restore from `d` rebuilds, weights clipped to
+/// `range`.
+pub(crate) fn fold_principal_in(d: &CustodianSnapshot, range: WeightRange) -> PrincipalState {
+    let mut p = PrincipalState::new(range);
     for wr in &d.principal {
         p.apply_write(wr);
     }
@@ -272,6 +283,15 @@ pub(crate) fn fold_principal(d: &CustodianSnapshot, m: &AbhyasaModel) -> Princip
 }
 
 fn custodian_snapshot(w: &mut Sink, d: &CustodianSnapshot, m: &AbhyasaModel) -> fmt::Result {
+    custodian_snapshot_in(w, d, m.weight_range())
+}
+
+/// The canonical form of a custodian's durable state.
+pub(crate) fn custodian_snapshot_in(
+    w: &mut Sink,
+    d: &CustodianSnapshot,
+    range: WeightRange,
+) -> fmt::Result {
     let mut p: Vec<_> = d.pending.iter().collect();
     p.sort_by(|a, b| a.0.cmp(b.0));
     write!(w, "P")?;
@@ -284,7 +304,7 @@ fn custodian_snapshot(w: &mut Sink, d: &CustodianSnapshot, m: &AbhyasaModel) -> 
     for (_, x) in term {
         summary(w, x)?;
     }
-    principal(w, &fold_principal(d, m))?;
+    principal(w, &fold_principal_in(d, range))?;
     write!(w, "E")?;
     for e in &d.escalations {
         escalation(w, e)?;
@@ -296,7 +316,8 @@ fn custodian_snapshot(w: &mut Sink, d: &CustodianSnapshot, m: &AbhyasaModel) -> 
     write!(w, "|")
 }
 
-fn receiver_snapshot(w: &mut Sink, d: &ReceiverSnapshot) -> fmt::Result {
+/// The canonical form of a receiver's durable state.
+pub(crate) fn receiver_snapshot(w: &mut Sink, d: &ReceiverSnapshot) -> fmt::Result {
     let mut l: Vec<_> = d.ledger.iter().collect();
     l.sort_by(|a, b| a.0.cmp(b.0));
     for (_, x) in l {

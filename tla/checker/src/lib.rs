@@ -30,6 +30,7 @@
 
 pub mod config;
 mod encode;
+pub mod hostile;
 pub mod model;
 pub mod properties;
 pub mod run;

@@ -524,13 +524,15 @@ impl AbhyasaModel {
             {
                 n.ghost.flags |= flag::PRINCIPAL_REGRESSED;
             }
-            let rseq = |d: &ReceiverSnapshot| d.key_sequences.get(key).map(|(s, _)| *s);
+            // The receiver holds the key under its issuer (C-AZ-2).
+            let held = key.issued_by(self.custodian_id());
+            let rseq = |d: &ReceiverSnapshot| d.key_sequences.get(&held).map(|(s, _)| *s);
             if rseq(&n.receiver.durable) < rseq(&old.receiver.durable)
                 || (!crash_r
-                    && effect_sequence(&n.receiver.live, key)
-                        < effect_sequence(&old.receiver.live, key))
-                || effect_sequence_durable(&n.receiver.durable, key)
-                    < effect_sequence_durable(&old.receiver.durable, key)
+                    && effect_sequence(&n.receiver.live, &held)
+                        < effect_sequence(&old.receiver.live, &held))
+                || effect_sequence_durable(&n.receiver.durable, &held)
+                    < effect_sequence_durable(&old.receiver.durable, &held)
             {
                 n.ghost.flags |= flag::RECEIVER_REGRESSED;
             }

@@ -328,7 +328,7 @@ fn supersession_never_regresses(m: &AbhyasaModel, s: &State) -> Result<(), Strin
             .receiver
             .durable
             .key_sequences
-            .get(m.key(i))
+            .get(&m.key(i).issued_by(m.custodian_id()))
             .is_some_and(|(newest, _)| newest.0 >= m.sequence(i));
         let needs = l.outcome == LedgerOutcome::Applied
             || (l.outcome == LedgerOutcome::Declined

@@ -188,7 +188,7 @@ pub fn check(config: CheckConfig, opts: RunOptions) -> Result<CheckReport, Strin
 
 /// Waits for the checker, printing a progress line to stderr every
 /// `opts.progress` (polling, so the run ends as soon as the search does).
-fn wait<C: Checker<AbhyasaModel>>(checker: C, opts: &RunOptions, start: Instant) -> C {
+pub(crate) fn wait<M: Model, C: Checker<M>>(checker: C, opts: &RunOptions, start: Instant) -> C {
     if let Some(every) = opts.progress.filter(|d| !d.is_zero()) {
         let mut next = every;
         while !checker.is_done() {

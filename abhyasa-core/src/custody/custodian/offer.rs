@@ -17,10 +17,23 @@ impl Custodian {
     /// is emitted and the first attempt queued behind its commit.
     /// Inadmissible ones are sent once. On error nothing was changed.
     pub fn offer(&mut self, now: Timestamp, ob: Obligation) -> Result<Offered, OfferError> {
-        let class = self.registry.classify(&ob)?;
+        let mut class = self.registry.classify(&ob)?;
         let id = ob.id().clone();
+        // C-OR-1: an obligation on a set-semantic (sequence-guarded) key
+        // without a sequence gets the next one this node issues on that
+        // key. Additive keys (Phala deltas) are unordered by design: their
+        // effects commute, so no sequence is assigned.
+        let assign = class
+            .key
+            .as_ref()
+            .filter(|_| class.guarded && ob.sequence().is_none());
+        #[cfg(feature = "mutations")]
+        let assign = assign
+            .filter(|_| !crate::mutations::active(crate::mutations::Mutation::NoDefaultSequence));
         if let Some(p) = self.pending.get(&id) {
-            return if p.obligation.digest() == ob.digest() {
+            let same = p.obligation.digest() == ob.digest()
+                || (assign.is_some() && p.obligation.with_sequence(None).digest() == ob.digest());
+            return if same {
                 Ok(Offered::AlreadyPending)
             } else {
                 Err(OfferError::IdConflict {
@@ -31,7 +44,14 @@ impl Custodian {
             };
         }
         if let Some(t) = self.terminal.get(&id) {
-            return if t.digest == ob.digest() {
+            // An unsequenced re-offer is recognised under the sequence it
+            // was given while that is still the newest issued on its key.
+            let same = t.digest == ob.digest()
+                || assign
+                    .and_then(|k| self.principal.issued(k))
+                    .filter(|(_, by)| *by == id)
+                    .is_some_and(|(s, _)| ob.with_sequence(Some(*s)).digest() == t.digest);
+            return if same {
                 Ok(Offered::AlreadyTerminal(t.state))
             } else {
                 Err(OfferError::IdConflict {
@@ -51,6 +71,16 @@ impl Custodian {
                 deadline_at,
             });
         }
+        let ob = match assign {
+            Some(key) => {
+                let ob = ob.with_sequence(Some(self.principal.next_sequence(key)));
+                if let Admission::Custody { safe } = &mut class.admission {
+                    safe.sequence = ob.sequence();
+                }
+                ob
+            }
+            None => ob,
+        };
         let safe = match class.admission {
             Admission::Custody { safe } => Some(safe),
             Admission::BestEffort => None,
@@ -136,14 +166,19 @@ impl Custodian {
         key: Option<&GovernedKey>,
         at_offer: Option<Authorization>,
     ) -> Vec<PrincipalWrite> {
-        match (key, at_offer) {
-            (Some(key), Some(state)) => self
-                .principal
-                .decide_at_offer(key, state, ob.sequence(), ob.id(), now)
-                .1
-                .into_iter()
-                .collect(),
-            _ => Vec::new(),
+        let mut writes = Vec::new();
+        if let (Some(key), Some(state)) = (key, at_offer) {
+            writes.extend(
+                self.principal
+                    .decide_at_offer(key, state, ob.sequence(), ob.id(), now)
+                    .1,
+            );
         }
+        // C-OR-1: the key's counter moves in the offer's own commit, so a
+        // sequence is never issued twice, across restarts and compaction.
+        if let (Some(key), Some(seq)) = (key, ob.sequence()) {
+            writes.extend(self.principal.record_issued(key, seq, ob.id()));
+        }
+        writes
     }
 }

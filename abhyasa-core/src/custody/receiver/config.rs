@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::authority::AuthorityPolicy;
 use crate::model::AgentId;
 
 /// Receiver configuration.
@@ -34,6 +35,9 @@ pub struct ReceiverConfig {
     /// nothing is kept; the custodian keeps custody and retries (C-ND-5:
     /// a slow agent cannot make the receiver hold unbounded requests).
     pub max_outstanding_requests: usize,
+    /// What each authenticated peer may govern (C-AZ-1). Default: every
+    /// peer issues every kind on keys held under its own identity only.
+    pub authority: AuthorityPolicy,
 }
 
 impl ReceiverConfig {
@@ -48,6 +52,7 @@ impl ReceiverConfig {
             max_deadline: Duration::from_secs(30 * 24 * 3600),
             ledger_quota: 1_000_000,
             max_outstanding_requests: 10_000,
+            authority: AuthorityPolicy::default(),
         }
     }
 }

@@ -22,6 +22,19 @@ impl Receiver {
             .map(|e| e.outcome)
     }
 
+    /// Why (custodian, id) was declined, with the receiver's text, if it
+    /// was.
+    pub fn ledger_decline(
+        &self,
+        custodian: &AgentId,
+        id: &ObligationId,
+    ) -> Option<(DeclineReason, Option<String>)> {
+        let e = self.ledger.get(&(custodian.clone(), id.clone()))?;
+        (e.outcome == LedgerOutcome::Declined)
+            .then(|| e.reason.map(|r| (r, e.detail.clone())))
+            .flatten()
+    }
+
     /// Ledger entries held.
     pub fn ledger_len(&self) -> usize {
         self.ledger.len()

@@ -32,6 +32,7 @@
 //! custodian's redelivery asks again. [`Receiver::handle_obligation`] is
 //! the synchronous convenience: it asks a synchronous [`Applier`] at once.
 
+mod authority;
 mod config;
 mod event;
 mod intent;
@@ -39,6 +40,7 @@ mod leases;
 mod ledger;
 mod request;
 
+pub use authority::{AuthorityPolicy, PeerPolicy};
 pub use config::ReceiverConfig;
 pub use event::{CompleteError, Received, ReceiverEvent};
 pub use intent::ExternalOutcome;
@@ -48,7 +50,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 #[cfg(doc)]
 use super::applier::Applier;
 use super::applier::{ApplyRequest, ApplyTicket};
-use super::lease::Authority;
+use super::lease::{self, Authority};
 use super::outbox::{CommitToken, Outbox, RecordBatch};
 use super::record::{EffectValue, ExternalIntent, LedgerOutcome, ReceiverSnapshot};
 use super::transmit::Transmit;
@@ -60,6 +62,11 @@ use crate::wire::Message;
 
 /// The suffix of [`super::lease::lease_key`].
 const LEASE_SUFFIX: &str = "#lease_until";
+
+/// The order a withhold without a sequence records on its key: newer than
+/// every widening obligation, sequenced or not, until a sequenced
+/// restrictive obligation orders the key again (C-OR-3).
+pub(crate) const UNORDERED: Sequence = Sequence(u64::MAX);
 
 /// Most acks coalesced into one frame.
 const MAX_ACKS_PER_FRAME: usize = 512;
@@ -90,6 +97,8 @@ struct Waiting {
     key: Option<GovernedKey>,
     /// The key if the kind's rule guards it by sequence.
     guarded_key: Option<GovernedKey>,
+    /// The obligation widens authority (a grant, an issue).
+    widening: bool,
 }
 
 /// The receiver state machine.
@@ -104,6 +113,10 @@ pub struct Receiver {
     /// Ledger entries held per custodian (C-ND-5 quota).
     held: crate::Map<AgentId, usize>,
     key_seq: crate::ShardedMap<GovernedKey, (Sequence, ObligationId)>,
+    /// Orders recorded by a build whose keys did not carry their issuer,
+    /// by issuer-less key, where the issuer could not be derived: a floor
+    /// for every issuer on that key.
+    legacy_key_seq: crate::Map<String, (Sequence, ObligationId)>,
     effects: BTreeMap<String, EffectValue>,
     outbox: Outbox<Transmit, ReceiverEvent>,
     applications: u64,
@@ -132,6 +145,7 @@ impl Receiver {
             ledger: crate::ShardedMap::new(),
             held: crate::Map::default(),
             key_seq: crate::ShardedMap::new(),
+            legacy_key_seq: crate::Map::default(),
             effects: BTreeMap::new(),
             outbox: Outbox::default(),
             applications: 0,
@@ -169,12 +183,7 @@ impl Receiver {
                 },
             );
         }
-        r.key_seq = snapshot
-            .key_sequences
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        r.effects = snapshot.effects.clone();
+        r.restore_keys(snapshot);
         // Leases survive a restart with the effects they ride in; one that
         // lapsed while down is due at the first timer turn.
         let leased: Vec<(String, EffectValue)> = r
@@ -190,9 +199,93 @@ impl Receiver {
         r
     }
 
+    /// Loads the supersession state and the effects, holding each key
+    /// under its issuer. A key written by a build whose keys did not carry
+    /// their issuer (`kind/target/name`) is moved under the issuer the
+    /// ledger names for it: the custodian of the entry whose obligation
+    /// set its order, or whose effect wrote it, when exactly one custodian
+    /// did. A key held under its issuer wins over a moved one. An order
+    /// whose issuer cannot be derived stays a floor for every issuer on
+    /// that key ([`Receiver::superseded`]); an effect whose issuer cannot
+    /// be derived stays where it is, under its old key, which no issuer's
+    /// authority reads (fail-closed: such a grant no longer authorizes).
+    fn restore_keys(&mut self, snapshot: &ReceiverSnapshot) {
+        // The one custodian behind each obligation id and each written
+        // key, or None where several are.
+        let mut by_id: crate::Map<&ObligationId, Option<&AgentId>> = crate::Map::default();
+        let mut by_key: crate::Map<&str, Option<&AgentId>> = crate::Map::default();
+        for ((custodian, id), l) in &snapshot.ledger {
+            let e = by_id.entry(id).or_insert(Some(custodian));
+            if *e != Some(custodian) {
+                *e = None;
+            }
+            for w in &l.effect {
+                let base = w.key.strip_suffix(LEASE_SUFFIX).unwrap_or(&w.key);
+                if GovernedKey::new(base).is_ok_and(|k| k.issuer().is_none()) {
+                    let e = by_key.entry(base).or_insert(Some(custodian));
+                    if *e != Some(custodian) {
+                        *e = None;
+                    }
+                }
+            }
+        }
+        let mut moved: crate::Map<String, GovernedKey> = crate::Map::default();
+        for (k, v) in &snapshot.key_sequences {
+            if k.issuer().is_some() {
+                self.key_seq.insert(k.clone(), v.clone());
+            }
+        }
+        for (k, v) in &snapshot.key_sequences {
+            if k.issuer().is_some() {
+                continue;
+            }
+            let issuer = by_id.get(&v.1).copied().flatten();
+            match issuer {
+                Some(issuer) => {
+                    let q = k.issued_by(issuer);
+                    if self.key_seq.get(&q).is_none() {
+                        self.key_seq.insert(q.clone(), v.clone());
+                    }
+                    moved.insert(k.to_string(), q);
+                }
+                None => {
+                    self.legacy_key_seq.insert(k.to_string(), v.clone());
+                }
+            }
+        }
+        for (base, issuer) in by_key {
+            if let (Some(issuer), false) = (issuer, moved.contains_key(base)) {
+                if let Ok(k) = GovernedKey::new(base) {
+                    moved.insert(base.to_string(), k.issued_by(issuer));
+                }
+            }
+        }
+        for (k, v) in &snapshot.effects {
+            let (base, lease) = match k.strip_suffix(LEASE_SUFFIX) {
+                Some(b) => (b, true),
+                None => (k.as_str(), false),
+            };
+            let target = match moved.get(base) {
+                Some(q) if lease => lease::lease_key(q.as_str()),
+                Some(q) => q.to_string(),
+                None => k.clone(),
+            };
+            if target != *k && snapshot.effects.contains_key(&target) {
+                continue;
+            }
+            self.effects.insert(target, v.clone());
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ReceiverConfig {
         &self.config
+    }
+
+    /// Replaces the authority policy (C-AZ-1); it rules every obligation
+    /// evaluated from now on. What was applied stays applied.
+    pub fn set_authority(&mut self, policy: AuthorityPolicy) {
+        self.config.authority = policy;
     }
 
     /// Receiver-owned effect state (including uncommitted writes).

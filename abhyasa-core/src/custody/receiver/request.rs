@@ -8,10 +8,15 @@ use std::collections::BTreeMap;
 
 use super::super::applier::{Applier, ApplyContext, ApplyDecision, ApplyRequest, ApplyTicket};
 use super::super::lease;
+use super::super::record::EffectValue;
 use super::super::record::LedgerOutcome;
 use super::super::transmit::Transmit;
+use super::UNORDERED;
 use super::{CompleteError, LedgerKey, Received, Receiver, ReceiverEvent, Waiting};
-use crate::model::{AckStatus, AgentId, DeclineReason, GovernedKey, Obligation, Timestamp};
+use crate::model::{
+    AckStatus, AgentId, DeclineReason, GovernedKey, Obligation, Sequence, Timestamp,
+};
+use crate::principal::Authorization;
 use crate::wire::{ErrorCode, Message, ProtocolError};
 
 /// Who decides an obligation the rules leave to the agent.
@@ -236,8 +241,21 @@ impl Receiver {
                 return Received::Rejected(err);
             }
         };
-        let guarded_key = class.key.clone().filter(|_| class.guarded);
-        if let Some(detail) = self.superseded(guarded_key.as_ref(), &ob) {
+        // C-AZ-1: only what the peer's policy lets it issue; a relay
+        // governs nothing.
+        if let Some(why) = self
+            .config
+            .authority
+            .refuses(from, ob.kind(), class.key.as_ref())
+        {
+            return self.record_decline(now, from, &ob, DeclineReason::Unauthorized, Some(why));
+        }
+        // C-AZ-2: the state it governs is held under its issuer, the
+        // authenticated peer, so it never touches another issuer's.
+        let key = class.key.map(|k| k.issued_by(from));
+        let guarded_key = key.clone().filter(|_| class.guarded);
+        let widening = class.at_offer == Some(Authorization::Granted);
+        if let Some(detail) = self.superseded(guarded_key.as_ref(), &ob, widening) {
             return self.record_decline(now, from, &ob, DeclineReason::Superseded, Some(detail));
         }
         let decision = match decider {
@@ -246,7 +264,7 @@ impl Receiver {
                 let ctx = ApplyContext {
                     now,
                     custodian: from,
-                    key: class.key.as_ref(),
+                    key: key.as_ref(),
                     effects: &self.effects,
                     previously_deferred,
                 };
@@ -271,31 +289,75 @@ impl Receiver {
                     });
                     return Received::Rejected(err);
                 }
-                return self.ask(now, from, ob, previously_deferred, class.key, guarded_key);
+                return self.ask(
+                    now,
+                    from,
+                    ob,
+                    previously_deferred,
+                    key,
+                    guarded_key,
+                    widening,
+                );
             }
         };
-        let key_sequence = guarded_key.zip(ob.sequence());
+        let key_sequence = key_order(guarded_key, &ob, widening);
         self.record_decision(now, from, &ob, decision, key_sequence)
     }
 
-    /// Why `ob` is behind a newer sequence on its guarded key, if it is.
+    /// Why `ob` is behind a newer decision on its guarded key, if it is
+    /// (C-SS-2, C-OR-3). A sequenced obligation is superseded by a newer
+    /// (or equal) sequence applied on the key by another obligation. A
+    /// withhold that came without a sequence cannot be ordered, so it
+    /// counts as newer than every widening obligation until a sequenced
+    /// restrictive one orders the key again. An unsequenced widening
+    /// obligation cannot prove it is newer than anything: it is superseded
+    /// whenever its key is withheld.
     pub(super) fn superseded(
         &self,
         guarded_key: Option<&GovernedKey>,
         ob: &Obligation,
+        widening: bool,
     ) -> Option<String> {
         #[cfg(not(feature = "mutations"))]
         let guard_on = true;
         #[cfg(feature = "mutations")]
         let guard_on = !crate::mutations::active(crate::mutations::Mutation::SupersessionGuardOff);
         let key = guarded_key.filter(|_| guard_on)?;
-        let seq = ob.sequence()?;
+        let Some(seq) = ob.sequence() else {
+            let withheld = matches!(
+                self.effects.get(key.as_str()),
+                Some(EffectValue::Authorization(Authorization::Withheld))
+            );
+            return (widening && withheld).then(|| {
+                format!(
+                    "{key} is withheld and an obligation without a sequence cannot prove it is \
+                     newer than the withhold"
+                )
+            });
+        };
+        if let Some((newest, by)) = self.legacy_key_seq.get(key.unqualified()) {
+            if seq <= *newest && by != ob.id() {
+                return Some(format!(
+                    "sequence {seq} on {key} superseded by {newest} ({by}, recorded before keys \
+                     carried their issuer)"
+                ));
+            }
+        }
         let (newest, by) = self.key_seq.get(key)?;
+        if *newest == UNORDERED {
+            return (widening && by != ob.id()).then(|| {
+                format!(
+                    "{key} holds a withhold issued without a sequence ({by}): a widening \
+                     obligation cannot prove it is newer until a sequenced withhold orders the key"
+                )
+            });
+        }
         (seq <= *newest && by != ob.id())
             .then(|| format!("sequence {seq} on {key} superseded by {newest} ({by})"))
     }
 
     /// Queues a request to the agent; nothing durable is written.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn ask(
         &mut self,
         now: Timestamp,
@@ -304,6 +366,7 @@ impl Receiver {
         previously_deferred: bool,
         key: Option<GovernedKey>,
         guarded_key: Option<GovernedKey>,
+        widening: bool,
     ) -> Received {
         let ticket = ApplyTicket(self.next_ticket);
         self.next_ticket += 1;
@@ -341,6 +404,7 @@ impl Receiver {
                 seen,
                 key,
                 guarded_key,
+                widening,
             },
         );
         Received::AwaitingDecision(ticket)
@@ -373,7 +437,7 @@ impl Receiver {
             return Ok(self.record_decline(now, &from, &ob, DeclineReason::Expired, Some(detail)));
         }
         // A newer sequence applied on the key while waiting (C-SS-2).
-        if let Some(detail) = self.superseded(w.guarded_key.as_ref(), &ob) {
+        if let Some(detail) = self.superseded(w.guarded_key.as_ref(), &ob, w.widening) {
             return Ok(self.record_decline(
                 now,
                 &from,
@@ -387,9 +451,17 @@ impl Receiver {
                 .as_ref()
                 .is_some_and(|k| self.effects.get(k.as_str()) != w.seen.as_ref());
         if stale {
-            return Ok(self.ask(now, &from, ob, w.previously_deferred, w.key, w.guarded_key));
+            return Ok(self.ask(
+                now,
+                &from,
+                ob,
+                w.previously_deferred,
+                w.key,
+                w.guarded_key,
+                w.widening,
+            ));
         }
-        let key_sequence = w.guarded_key.zip(ob.sequence());
+        let key_sequence = key_order(w.guarded_key, &ob, w.widening);
         Ok(self.record_decision(now, &from, &ob, decision, key_sequence))
     }
 
@@ -454,5 +526,22 @@ impl Receiver {
             self.requests.remove(pos);
         }
         Some((lkey, w))
+    }
+}
+
+/// The order an application records on its guarded key: its sequence; for
+/// a restrictive obligation without one, [`UNORDERED`] (newer than every
+/// widening until a sequenced withhold); nothing for an unsequenced
+/// widening one (it never moves the key's order).
+fn key_order(
+    guarded_key: Option<GovernedKey>,
+    ob: &Obligation,
+    widening: bool,
+) -> Option<(GovernedKey, Sequence)> {
+    let key = guarded_key?;
+    match ob.sequence() {
+        Some(s) => Some((key, s)),
+        None if !widening => Some((key, UNORDERED)),
+        None => None,
     }
 }
