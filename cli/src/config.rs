@@ -36,6 +36,17 @@
 //! listen = "127.0.0.1:7443"       # TCP address (HTTPS, mutual TLS with the node identity)
 //! public_url = "https://…"        # base URL the card advertises (default https://<listen>)
 //! plain_http_loopback = false     # plain HTTP instead of HTTPS: loopback listen only
+//! bearer_only = ["carol"]         # peers that may present only their token over HTTPS (default
+//!                                 # none: a pinned client certificate is mandatory)
+//! handshake_timeout_ms = 5000     # a connection not authenticated by then is closed
+//! header_read_timeout_ms = 5000   # request headers must arrive within this
+//!
+//! [limits]                        # optional: bounds before authentication (defaults shown)
+//! descriptor_reserve = 64         # descriptors kept back from the listeners (control socket,
+//!                                 # store, dials); listeners hold at most RLIMIT_NOFILE minus it
+//! max_handshakes = 64             # unauthenticated connections per listener (QUIC, WebSocket, HTTP)
+//! max_handshakes_per_source = 8   # of those, from one address (an IPv4 address or an IPv6 /64)
+//! allow_plaintext_ws = false      # allow ws:// peer URLs whose host is not loopback
 //!
 //! [[peers]]
 //! agent = "bob"
@@ -129,6 +140,8 @@ pub(crate) struct NodeConfig {
     pub(crate) card_deadline_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) http: Option<HttpSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) limits: Option<LimitsSection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) peers: Vec<PeerConfig>,
 }
@@ -142,6 +155,51 @@ pub(crate) struct HttpSection {
     pub(crate) public_url: Option<String>,
     #[serde(default)]
     pub(crate) plain_http_loopback: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) bearer_only: Vec<String>,
+    #[serde(default = "d_handshake_ms")]
+    pub(crate) handshake_timeout_ms: u64,
+    #[serde(default = "d_handshake_ms")]
+    pub(crate) header_read_timeout_ms: u64,
+}
+
+/// The `[limits]` section: what unauthenticated peers can make the node
+/// hold (C-PA-1, C-PA-3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsSection {
+    #[serde(default = "d_descriptor_reserve")]
+    pub(crate) descriptor_reserve: usize,
+    #[serde(default = "d_max_handshakes")]
+    pub(crate) max_handshakes: usize,
+    #[serde(default = "d_max_handshakes_per_source")]
+    pub(crate) max_handshakes_per_source: usize,
+    #[serde(default)]
+    pub(crate) allow_plaintext_ws: bool,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            descriptor_reserve: d_descriptor_reserve(),
+            max_handshakes: d_max_handshakes(),
+            max_handshakes_per_source: d_max_handshakes_per_source(),
+            allow_plaintext_ws: false,
+        }
+    }
+}
+
+fn d_handshake_ms() -> u64 {
+    5000
+}
+fn d_descriptor_reserve() -> usize {
+    abhyasa_transport::limit::DEFAULT_DESCRIPTOR_RESERVE
+}
+fn d_max_handshakes() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES
+}
+fn d_max_handshakes_per_source() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE
 }
 
 /// One `[[peers]]` entry.
@@ -235,6 +293,9 @@ pub(crate) struct HttpServe {
     /// Base URL without a trailing slash.
     pub(crate) base_url: String,
     pub(crate) plain_http_loopback: bool,
+    pub(crate) bearer_only: Vec<AgentId>,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
 }
 
 /// A config value that may carry a password: kept as written, never shown
@@ -287,6 +348,7 @@ pub(crate) struct Resolved {
     pub(crate) kind_policies: Vec<(Kind, DeclinePolicy)>,
     pub(crate) peers: Vec<Peer>,
     pub(crate) http: Option<HttpServe>,
+    pub(crate) limits: LimitsSection,
 }
 
 impl NodeConfig {
@@ -555,10 +617,36 @@ impl NodeConfig {
                         format!("{base_url:?} must be a {scheme}:// URL"),
                     ));
                 }
+                let mut bearer_only = Vec::new();
+                for (i, b) in h.bearer_only.iter().enumerate() {
+                    let field = format!("http.bearer_only[{i}]");
+                    let agent = AgentId::new(b).map_err(|e| bad(&field, e.to_string()))?;
+                    let has_token = peers
+                        .iter()
+                        .any(|p| p.pin.agent == agent && p.http_url.is_some() && p.token.is_some());
+                    if !has_token {
+                        return Err(bad(
+                            &field,
+                            format!("{agent} is not a transport = \"http\" peer with a token"),
+                        ));
+                    }
+                    bearer_only.push(agent);
+                }
+                for (name, v) in [
+                    ("http.handshake_timeout_ms", h.handshake_timeout_ms),
+                    ("http.header_read_timeout_ms", h.header_read_timeout_ms),
+                ] {
+                    if v == 0 {
+                        return Err(bad(name, "must be at least 1".to_string()));
+                    }
+                }
                 Some(HttpServe {
                     listen,
                     base_url,
                     plain_http_loopback: h.plain_http_loopback,
+                    bearer_only,
+                    handshake_timeout: Duration::from_millis(h.handshake_timeout_ms),
+                    header_read_timeout: Duration::from_millis(h.header_read_timeout_ms),
                 })
             }
         };
@@ -594,6 +682,7 @@ impl NodeConfig {
             kind_policies,
             peers,
             http,
+            limits: self.limits.clone().unwrap_or_default(),
             raw: self,
         })
     }
