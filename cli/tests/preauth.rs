@@ -85,15 +85,15 @@ fn flood(to: SocketAddr, n: usize, sources: &[Ipv4Addr]) -> Vec<TcpStream> {
     out
 }
 
-/// How many of `conns` the server has not closed (a read would block).
-fn still_open(conns: &mut [TcpStream]) -> usize {
-    conns
-        .iter_mut()
-        .filter(|c| {
-            let mut b = [0u8; 64];
-            matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        })
-        .count()
+/// Whether the server has not closed `c` (a read would block).
+fn is_open(mut c: &TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// How many of `conns` the server has not closed.
+fn still_open(conns: &[TcpStream]) -> usize {
+    conns.iter().filter(|c| is_open(c)).count()
 }
 
 fn send(dir: &Path, target: &str, id: &str) -> Value {
@@ -181,9 +181,9 @@ fn c_pa_1_https_flood_is_bounded_and_the_pinned_peer_gets_in() {
         "max_handshakes = 64\nmax_handshakes_per_source = 8",
     );
     let started = Instant::now();
-    let mut conns = flood(http, 200, &[Ipv4Addr::new(127, 0, 0, 2)]);
+    let conns = flood(http, 200, &[Ipv4Addr::new(127, 0, 0, 2)]);
     std::thread::sleep(Duration::from_millis(300));
-    let held = still_open(&mut conns);
+    let held = still_open(&conns);
     eprintln!(
         "C-PA-1 HTTPS: {} connections opened, {held} held after 300 ms",
         conns.len()
@@ -202,7 +202,7 @@ fn c_pa_1_https_flood_is_bounded_and_the_pinned_peer_gets_in() {
     wait_for(
         "the held connections to be closed",
         Duration::from_secs(8),
-        || still_open(&mut conns) == 0,
+        || still_open(&conns) == 0,
     );
     eprintln!(
         "C-PA-1 HTTPS: all closed {:?} after the flood began",
@@ -224,9 +224,9 @@ fn c_pa_1_control_socket_answers_when_listeners_reach_the_descriptor_limit() {
         160,
         "max_handshakes = 100000\nmax_handshakes_per_source = 100000\ndescriptor_reserve = 64",
     );
-    let mut conns = flood(http, 240, &flood_sources(1, 64));
+    let conns = flood(http, 240, &flood_sources(1, 64));
     std::thread::sleep(Duration::from_millis(300));
-    let held = still_open(&mut conns);
+    let held = still_open(&conns);
     eprintln!(
         "C-PA-1 descriptors: {} connections opened, {held} held (limit 160, reserve 64)",
         conns.len()
@@ -266,14 +266,13 @@ fn c_pa_1_ws_relay_flood_does_not_keep_a_pinned_node_out() {
     ]);
     let relay_pin = out[out.find("[[peers]]").expect("a peers snippet")..].to_string();
     let alice_pin = init(&a, "alice", free_port());
-    // The relay's knobs are top-level keys: put them before [[peers]].
-    let cfg = r.join("config.toml");
-    let text = std::fs::read_to_string(&cfg).expect("relay config");
-    std::fs::write(
-        &cfg,
-        format!("handshake_timeout_ms = 1500\nmax_handshakes = 64\nmax_handshakes_per_source = 8\n{text}"),
-    )
-    .expect("relay config written");
+    for (key, value) in [
+        ("handshake_timeout_ms", "1500"),
+        ("max_handshakes", "64"),
+        ("max_handshakes_per_source", "8"),
+    ] {
+        set_config(&r, key, value);
+    }
     pin(&r, &alice_pin);
     pin(&a, &relay_pin);
     set_config(&a, "backoff_base_ms", "200");
@@ -288,7 +287,7 @@ fn c_pa_1_ws_relay_flood_does_not_keep_a_pinned_node_out() {
     let src = [Ipv4Addr::new(127, 0, 0, 2)];
     let mut conns = flood(to, 120, &src);
     std::thread::sleep(Duration::from_millis(300));
-    let held = still_open(&mut conns);
+    let held = still_open(&conns);
     eprintln!("C-PA-1 WS relay: {} opened, {held} held", conns.len());
     assert!(
         held <= 8,
@@ -300,10 +299,7 @@ fn c_pa_1_ws_relay_flood_does_not_keep_a_pinned_node_out() {
     let start = Instant::now();
     let mut connected = false;
     while start.elapsed() < Duration::from_secs(15) {
-        conns.retain_mut(|c| {
-            let mut b = [0u8; 64];
-            matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        });
+        conns.retain(is_open);
         let missing = 120 - conns.len();
         conns.extend(flood(to, missing, &src));
         if metric(&a, "peers_connected").is_some_and(|n| n >= 1) {
@@ -320,7 +316,7 @@ fn c_pa_1_ws_relay_flood_does_not_keep_a_pinned_node_out() {
     wait_for(
         "the held connections to be closed",
         Duration::from_secs(8),
-        || still_open(&mut conns) == 0,
+        || still_open(&conns) == 0,
     );
     assert!(relay_status(&r).is_some(), "the relay stopped serving");
 }

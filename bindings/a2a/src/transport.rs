@@ -303,7 +303,7 @@ pub struct HttpStats {
     /// or for the source) or no descriptor left in the budget (C-PA-1).
     pub connections_refused: AtomicU64,
     /// Connections closed because they were not authenticated within
-    /// `handshake_timeout` (C-PA-1).
+    /// `handshake_timeout`, TLS handshake included (C-PA-1).
     pub unauthenticated_closed: AtomicU64,
 }
 
@@ -892,6 +892,7 @@ impl Serve {
                     }
                     Err(_) => {
                         stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                        stats.unauthenticated_closed.fetch_add(1, Ordering::Relaxed);
                         return;
                     }
                 };
