@@ -419,7 +419,7 @@ fn commit_in_doubt_stops_the_store_and_restart_loads_the_truth() {
     let url = pg_or_skip!();
     let (proxied, armed) = cutting_proxy(url);
     let p = cluster::partition("doubt");
-    let opts = options("node-a", Duration::from_secs(30), None);
+    let opts = options("node-a", Duration::from_millis(800), None);
     let mut a = PgStore::open(&proxied, &p, &opts).unwrap();
     let _ = a.commit(EPOCH, &[&offer("first")]).unwrap();
     armed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -430,7 +430,13 @@ fn commit_in_doubt_stops_the_store_and_restart_loads_the_truth() {
     assert!(a.commit(EPOCH, &[&offer("after")]).is_err());
     assert!(a.load().is_err());
     drop(a);
-    let b = PgStore::open(url, &p, &opts).unwrap();
+    // The broken store could not end its lease: the restart under the
+    // same holder name waits it out (C-PA-4).
+    let mut restart = opts.clone();
+    restart.takeover = Takeover::Wait {
+        poll: Duration::from_millis(50),
+    };
+    let b = PgStore::open(url, &p, &restart).unwrap();
     let mut ids: Vec<String> = b
         .load()
         .unwrap()
