@@ -960,10 +960,44 @@ mod tests {
             ("[http]\nlisten = \"0.0.0.0:1\"\nplain_http_loopback = true\n".to_string(), "http.plain_http_loopback"),
             ("[http]\nlisten = \"127.0.0.1:1\"\npublic_url = \"http://x\"\n".to_string(), "http.public_url"),
             ("[http]\nlisten = \"nowhere\"\n".to_string(), "http.listen"),
+            (format!("[http]\nlisten = \"127.0.0.1:1\"\nbearer_only = [\"b\"]\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://x\"\n"), "http.bearer_only[0]"),
+            ("[http]\nlisten = \"127.0.0.1:1\"\nhandshake_timeout_ms = 0\n".to_string(), "http.handshake_timeout_ms"),
         ] {
             let e = load(&extra).expect_err(&extra);
             assert!(e.contains(&format!("`{key}`")), "{extra}: {e}");
         }
+    }
+
+    // C-PA-1: the [limits] section and [http] bearer_only, with their
+    // defaults when absent.
+    #[test]
+    fn limits_section_and_bearer_only() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/tmp");
+        let fp = "0".repeat(64);
+        let load = |extra: &str| {
+            NodeConfig::parse(
+                &format!("agent = \"a\"\nlisten = \"127.0.0.1:7400\"\n{extra}"),
+                p,
+            )
+            .and_then(|c| c.resolve(dir))
+        };
+        let c = load("").expect("defaults");
+        assert_eq!(c.limits.descriptor_reserve, 64);
+        assert_eq!(c.limits.max_handshakes, 64);
+        assert_eq!(c.limits.max_handshakes_per_source, 8);
+        assert!(!c.limits.allow_plaintext_ws);
+        let c = load(&format!(
+            "[http]\nlisten = \"127.0.0.1:7443\"\nbearer_only = [\"b\"]\nhandshake_timeout_ms = 700\n\n[limits]\ndescriptor_reserve = 32\nmax_handshakes_per_source = 2\nallow_plaintext_ws = true\n\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://127.0.0.1:9/\"\ntoken = \"t\"\n"
+        ))
+        .expect("limits");
+        assert_eq!(c.limits.descriptor_reserve, 32);
+        assert_eq!(c.limits.max_handshakes_per_source, 2);
+        assert!(c.limits.allow_plaintext_ws);
+        let h = c.http.expect("http");
+        assert_eq!(h.bearer_only, vec![AgentId::new("b").expect("id")]);
+        assert_eq!(h.handshake_timeout, Duration::from_millis(700));
+        assert_eq!(h.header_read_timeout, Duration::from_millis(5000));
     }
 
     // store = "postgres" (issue 15): the URL and lease are read and checked,
