@@ -36,6 +36,17 @@
 //! listen = "127.0.0.1:7443"       # TCP address (HTTPS, mutual TLS with the node identity)
 //! public_url = "https://…"        # base URL the card advertises (default https://<listen>)
 //! plain_http_loopback = false     # plain HTTP instead of HTTPS: loopback listen only
+//! bearer_only = ["carol"]         # peers that may present only their token over HTTPS (default
+//!                                 # none: a pinned client certificate is mandatory)
+//! handshake_timeout_ms = 5000     # a connection not authenticated by then is closed
+//! header_read_timeout_ms = 5000   # request headers must arrive within this
+//!
+//! [limits]                        # optional: bounds before authentication (defaults shown)
+//! descriptor_reserve = 64         # descriptors kept back from the listeners (control socket,
+//!                                 # store, dials); listeners hold at most RLIMIT_NOFILE minus it
+//! max_handshakes = 64             # unauthenticated connections per listener (QUIC, WebSocket, HTTP)
+//! max_handshakes_per_source = 8   # of those, from one address (an IPv4 address or an IPv6 /64)
+//! allow_plaintext_ws = false      # allow ws:// peer URLs whose host is not loopback
 //!
 //! [[peers]]
 //! agent = "bob"
@@ -129,6 +140,8 @@ pub(crate) struct NodeConfig {
     pub(crate) card_deadline_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) http: Option<HttpSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) limits: Option<LimitsSection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) peers: Vec<PeerConfig>,
 }
@@ -142,6 +155,51 @@ pub(crate) struct HttpSection {
     pub(crate) public_url: Option<String>,
     #[serde(default)]
     pub(crate) plain_http_loopback: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) bearer_only: Vec<String>,
+    #[serde(default = "d_handshake_ms")]
+    pub(crate) handshake_timeout_ms: u64,
+    #[serde(default = "d_handshake_ms")]
+    pub(crate) header_read_timeout_ms: u64,
+}
+
+/// The `[limits]` section: what unauthenticated peers can make the node
+/// hold (C-PA-1, C-PA-3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsSection {
+    #[serde(default = "d_descriptor_reserve")]
+    pub(crate) descriptor_reserve: usize,
+    #[serde(default = "d_max_handshakes")]
+    pub(crate) max_handshakes: usize,
+    #[serde(default = "d_max_handshakes_per_source")]
+    pub(crate) max_handshakes_per_source: usize,
+    #[serde(default)]
+    pub(crate) allow_plaintext_ws: bool,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            descriptor_reserve: d_descriptor_reserve(),
+            max_handshakes: d_max_handshakes(),
+            max_handshakes_per_source: d_max_handshakes_per_source(),
+            allow_plaintext_ws: false,
+        }
+    }
+}
+
+fn d_handshake_ms() -> u64 {
+    5000
+}
+fn d_descriptor_reserve() -> usize {
+    abhyasa_transport::limit::DEFAULT_DESCRIPTOR_RESERVE
+}
+fn d_max_handshakes() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES
+}
+fn d_max_handshakes_per_source() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE
 }
 
 /// One `[[peers]]` entry.
@@ -235,6 +293,9 @@ pub(crate) struct HttpServe {
     /// Base URL without a trailing slash.
     pub(crate) base_url: String,
     pub(crate) plain_http_loopback: bool,
+    pub(crate) bearer_only: Vec<AgentId>,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
 }
 
 /// A config value that may carry a password: kept as written, never shown
@@ -287,6 +348,7 @@ pub(crate) struct Resolved {
     pub(crate) kind_policies: Vec<(Kind, DeclinePolicy)>,
     pub(crate) peers: Vec<Peer>,
     pub(crate) http: Option<HttpServe>,
+    pub(crate) limits: LimitsSection,
 }
 
 impl NodeConfig {
@@ -555,10 +617,36 @@ impl NodeConfig {
                         format!("{base_url:?} must be a {scheme}:// URL"),
                     ));
                 }
+                let mut bearer_only = Vec::new();
+                for (i, b) in h.bearer_only.iter().enumerate() {
+                    let field = format!("http.bearer_only[{i}]");
+                    let agent = AgentId::new(b).map_err(|e| bad(&field, e.to_string()))?;
+                    let has_token = peers
+                        .iter()
+                        .any(|p| p.pin.agent == agent && p.http_url.is_some() && p.token.is_some());
+                    if !has_token {
+                        return Err(bad(
+                            &field,
+                            format!("{agent} is not a transport = \"http\" peer with a token"),
+                        ));
+                    }
+                    bearer_only.push(agent);
+                }
+                for (name, v) in [
+                    ("http.handshake_timeout_ms", h.handshake_timeout_ms),
+                    ("http.header_read_timeout_ms", h.header_read_timeout_ms),
+                ] {
+                    if v == 0 {
+                        return Err(bad(name, "must be at least 1".to_string()));
+                    }
+                }
                 Some(HttpServe {
                     listen,
                     base_url,
                     plain_http_loopback: h.plain_http_loopback,
+                    bearer_only,
+                    handshake_timeout: Duration::from_millis(h.handshake_timeout_ms),
+                    header_read_timeout: Duration::from_millis(h.header_read_timeout_ms),
                 })
             }
         };
@@ -594,6 +682,7 @@ impl NodeConfig {
             kind_policies,
             peers,
             http,
+            limits: self.limits.clone().unwrap_or_default(),
             raw: self,
         })
     }
@@ -871,10 +960,44 @@ mod tests {
             ("[http]\nlisten = \"0.0.0.0:1\"\nplain_http_loopback = true\n".to_string(), "http.plain_http_loopback"),
             ("[http]\nlisten = \"127.0.0.1:1\"\npublic_url = \"http://x\"\n".to_string(), "http.public_url"),
             ("[http]\nlisten = \"nowhere\"\n".to_string(), "http.listen"),
+            (format!("[http]\nlisten = \"127.0.0.1:1\"\nbearer_only = [\"b\"]\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://x\"\n"), "http.bearer_only[0]"),
+            ("[http]\nlisten = \"127.0.0.1:1\"\nhandshake_timeout_ms = 0\n".to_string(), "http.handshake_timeout_ms"),
         ] {
             let e = load(&extra).expect_err(&extra);
             assert!(e.contains(&format!("`{key}`")), "{extra}: {e}");
         }
+    }
+
+    // C-PA-1: the [limits] section and [http] bearer_only, with their
+    // defaults when absent.
+    #[test]
+    fn limits_section_and_bearer_only() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/tmp");
+        let fp = "0".repeat(64);
+        let load = |extra: &str| {
+            NodeConfig::parse(
+                &format!("agent = \"a\"\nlisten = \"127.0.0.1:7400\"\n{extra}"),
+                p,
+            )
+            .and_then(|c| c.resolve(dir))
+        };
+        let c = load("").expect("defaults");
+        assert_eq!(c.limits.descriptor_reserve, 64);
+        assert_eq!(c.limits.max_handshakes, 64);
+        assert_eq!(c.limits.max_handshakes_per_source, 8);
+        assert!(!c.limits.allow_plaintext_ws);
+        let c = load(&format!(
+            "[http]\nlisten = \"127.0.0.1:7443\"\nbearer_only = [\"b\"]\nhandshake_timeout_ms = 700\n\n[limits]\ndescriptor_reserve = 32\nmax_handshakes_per_source = 2\nallow_plaintext_ws = true\n\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://127.0.0.1:9/\"\ntoken = \"t\"\n"
+        ))
+        .expect("limits");
+        assert_eq!(c.limits.descriptor_reserve, 32);
+        assert_eq!(c.limits.max_handshakes_per_source, 2);
+        assert!(c.limits.allow_plaintext_ws);
+        let h = c.http.expect("http");
+        assert_eq!(h.bearer_only, vec![AgentId::new("b").expect("id")]);
+        assert_eq!(h.handshake_timeout, Duration::from_millis(700));
+        assert_eq!(h.header_read_timeout, Duration::from_millis(5000));
     }
 
     // store = "postgres" (issue 15): the URL and lease are read and checked,

@@ -27,8 +27,9 @@
 //! `bad_request`, `invalid_obligation`, `unreachable`, `refused`,
 //! `not_sent` (a best-effort obligation's one send was refused locally),
 //! `backpressure` (the send queue is near its budget; nothing accepted),
-//! `unknown`, `stopped`, `internal`. A malformed request gets an error response; the connection
-//! stays up.
+//! `unknown`, `stopped`, `internal`. A malformed request (bad JSON, or a
+//! line that is not valid UTF-8: refused, never repaired) gets an error
+//! response; the connection stays up.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -195,13 +196,25 @@ async fn connection(stream: UnixStream, node: Node, peers: Arc<Vec<AgentId>>) {
             );
             json!({"ok": false, "error": e})
         } else {
-            let line = String::from_utf8_lossy(&buf);
-            if line.trim().is_empty() {
-                continue;
-            }
-            match dispatch(&node, &peers, &line).await {
-                Ok(result) => json!({"ok": true, "result": result}),
-                Err(e) => json!({"ok": false, "error": e}),
+            // C-PA-4: a request that is not UTF-8 is refused, never
+            // repaired: a replacement character would name a key the
+            // caller never sent.
+            match std::str::from_utf8(&buf) {
+                Err(e) => {
+                    let e = ControlError::new(
+                        "bad_request",
+                        format!(
+                            "request is not valid UTF-8 (byte offset {})",
+                            e.valid_up_to()
+                        ),
+                    );
+                    json!({"ok": false, "error": e})
+                }
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => match dispatch(&node, &peers, line).await {
+                    Ok(result) => json!({"ok": true, "result": result}),
+                    Err(e) => json!({"ok": false, "error": e}),
+                },
             }
         };
         let mut out = response.to_string();

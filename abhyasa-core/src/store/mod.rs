@@ -576,6 +576,22 @@ pub enum StoreError {
         /// The holder in force.
         holder: String,
     },
+    /// A server-backed store is leased, under this node's own holder name,
+    /// to a node that is still live (two configurations share a holder
+    /// name, or this node restarted before its old lease lapsed). Nothing
+    /// was taken over, read or written; the lease lapses on its own if that
+    /// node is gone (C-PA-4).
+    #[error(
+        "holder name {holder:?} already owns this store with a live lease ({remaining_ms} ms left): \
+         another node runs under the same holder name; refusing to take it over (give each node \
+         its own holder name; if that node is gone, start after the lease lapses or as a standby)"
+    )]
+    HolderInUse {
+        /// The holder name in force (ours).
+        holder: String,
+        /// Milliseconds left on its lease, on the database clock.
+        remaining_ms: u64,
+    },
     /// A server-backed store is leased to another live node; this node did
     /// not take it over and read or wrote nothing. Start it as a standby
     /// (wait for the lease) or stop the other node.

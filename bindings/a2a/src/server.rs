@@ -117,18 +117,12 @@ fn authenticate(
     tls: Option<&TlsPeer>,
     headers: &HeaderMap,
 ) -> Result<AgentId, Response> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    let bearer = token.and_then(|t| s.tokens.get(t));
-    let who = match (tls, bearer) {
+    let who = match (tls, s.token_agent(headers)) {
         (Some(TlsPeer(cert)), Some(b)) if cert != b => None,
         (Some(TlsPeer(cert)), _) => Some(cert),
-        (None, b) => b,
+        // Over HTTPS without a certificate, only a bearer-only peer's
+        // credential is taken (C-PA-1).
+        (None, _) => s.bearer_peer(headers),
     };
     match who {
         Some(agent) => Ok(agent.clone()),

@@ -22,8 +22,21 @@
 //! serves HTTPS and authenticates node peers by mutual TLS: a client
 //! certificate must be one pinned in [`HttpPeer::fingerprint`] (the same
 //! self-signed node identities and pins as QUIC), and every request on
-//! that connection is bound to that agent id. A2A clients that cannot do
-//! mTLS present a per-peer bearer credential instead ([`HttpPeer::token`]).
+//! that connection is bound to that agent id. Client certificates are
+//! mandatory at the handshake unless [`HttpConfig::bearer_only`] lists
+//! peers that cannot do mTLS: those present their per-peer bearer
+//! credential ([`HttpPeer::token`]) on a connection without a certificate,
+//! and no other peer's credential is taken on such a connection.
+//!
+//! Nothing unauthenticated holds the node (C-PA-1): an accepted connection
+//! takes a pre-authentication slot ([`HttpConfig::max_handshakes`] in all,
+//! [`HttpConfig::max_handshakes_per_source`] from one address) and a
+//! descriptor from the process budget
+//! ([`abhyasa_transport::limit::Descriptors`]), or is closed at once. It
+//! keeps the slot until it is authenticated (a pinned certificate at the
+//! TLS handshake, or a request with a valid bearer credential) and is
+//! closed if that has not happened within [`HttpConfig::handshake_timeout`];
+//! request headers must arrive within [`HttpConfig::header_read_timeout`].
 //! Our own POSTs to `https://` endpoints present our certificate and
 //! accept only the peer's pinned one. Plain HTTP is served (and spoken)
 //! only when [`HttpConfig::plain_http_loopback`] is set, and only on
@@ -40,6 +53,7 @@ use std::time::Duration;
 
 use abhyasa_core::wire::{Envelope, Message, ProtocolError};
 use abhyasa_core::{AckStatus, AgentId, CustodyAck, KindProfile, Obligation, ObligationId};
+use abhyasa_transport::limit::{Descriptors, HandshakeSlot, HandshakeSlots};
 use abhyasa_transport::link::{decode_message, InboundSink, LinkGuard, Registry};
 use abhyasa_transport::{LinkConfig, Transport};
 use bytes::Bytes;
@@ -125,6 +139,26 @@ pub struct HttpConfig {
     pub max_inflight: usize,
     /// Timeout of our outbound POSTs (default 5 s).
     pub client_timeout: Duration,
+    /// Peers that may authenticate over HTTPS with their bearer credential
+    /// alone, on a connection without a client certificate (each must have
+    /// a [`HttpPeer::token`]). Empty (default): client certificates are
+    /// mandatory. Plain HTTP (loopback) has no certificates: there every
+    /// peer's credential is taken.
+    pub bearer_only: Vec<AgentId>,
+    /// How long an accepted connection may stay unauthenticated: TLS
+    /// handshake included, and on a connection without a certificate until
+    /// a request with a valid bearer credential arrives (default 5 s,
+    /// C-PA-1). The card may be fetched meanwhile.
+    pub handshake_timeout: Duration,
+    /// How long a client has to send a request's headers (default 5 s,
+    /// C-PA-1).
+    pub header_read_timeout: Duration,
+    /// Connections held unauthenticated at once (default 64, C-PA-1); one
+    /// more is closed at once.
+    pub max_handshakes: usize,
+    /// Of those, most from one source address (an IPv4 address or an IPv6
+    /// /64; default 8, C-PA-1).
+    pub max_handshakes_per_source: usize,
     /// Link knobs (frame limit, queues).
     pub link: LinkConfig,
 }
@@ -149,6 +183,11 @@ impl HttpConfig {
             max_waiting: 4096,
             max_inflight: 256,
             client_timeout: Duration::from_secs(5),
+            bearer_only: Vec::new(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_handshakes: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_source: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
             link: LinkConfig::default(),
         }
     }
@@ -170,9 +209,10 @@ impl HttpConfig {
     }
 }
 
-/// How long a client has to finish the TLS handshake (pre-auth bound,
-/// C-ND-5).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`HttpConfig::handshake_timeout`]: 5 s.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default [`HttpConfig::header_read_timeout`]: 5 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the binding did not start.
 #[derive(Debug, thiserror::Error)]
@@ -185,10 +225,15 @@ pub enum HttpError {
     /// Two peers share a credential, or a credential is empty.
     #[error("peer {0}: bearer credential must be non-empty and unique per peer")]
     BadCredential(AgentId),
-    /// A peer has no way to authenticate: no bearer credential, and no
-    /// pinned fingerprint (or no TLS identity to check it with).
-    #[error("peer {0}: needs a bearer credential or a pinned certificate fingerprint with TLS on")]
+    /// A peer has no way to authenticate: no pinned fingerprint with TLS
+    /// on, and no bearer credential usable on this listener (over HTTPS a
+    /// credential alone counts only for a peer listed in `bearer_only`).
+    #[error("peer {0}: needs a pinned certificate fingerprint with TLS on, or a bearer credential (over HTTPS: and a place in bearer_only)")]
     NoAuthentication(AgentId),
+    /// `bearer_only` names a peer that is not configured or has no bearer
+    /// credential.
+    #[error("bearer_only peer {0}: not a configured peer with a bearer credential")]
+    BearerOnly(AgentId),
     /// The pinned fingerprints cannot be right (a duplicate, or our own id).
     #[error("pins: {0}")]
     Pins(#[from] PinError),
@@ -254,6 +299,12 @@ pub struct HttpStats {
     /// TLS connections refused: unpinned or wrong client certificate, a
     /// failed or timed-out handshake, or too many handshakes at once.
     pub tls_refused: AtomicU64,
+    /// Connections closed at accept: no pre-authentication slot (in total
+    /// or for the source) or no descriptor left in the budget (C-PA-1).
+    pub connections_refused: AtomicU64,
+    /// Connections closed because they were not authenticated within
+    /// `handshake_timeout`, TLS handshake included (C-PA-1).
+    pub unauthenticated_closed: AtomicU64,
 }
 
 pub(crate) struct PeerSide {
@@ -269,6 +320,9 @@ type WaitKey = (AgentId, ObligationId);
 pub(crate) struct State {
     pub(crate) local: AgentId,
     pub(crate) tokens: HashMap<String, AgentId>,
+    /// With TLS on: the peers whose credential is taken on a connection
+    /// without a certificate. `None`: plain HTTP, every credential is.
+    pub(crate) bearer_only: Option<std::collections::HashSet<AgentId>>,
     pub(crate) peers: HashMap<AgentId, PeerSide>,
     waiting: Mutex<HashMap<WaitKey, Vec<oneshot::Sender<Answer>>>>,
     pub(crate) card: Bytes,
@@ -348,13 +402,28 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
             })?;
         }
     }
+    for b in &cfg.bearer_only {
+        let listed = cfg.peers.iter().any(|p| &p.agent == b && p.token.is_some());
+        if !listed {
+            return Err(HttpError::BearerOnly(b.clone()));
+        }
+    }
+    if cfg.tls.is_some() {
+        // A peer with a credential but no pin authenticates over HTTPS
+        // only if the listener lists it as bearer-only.
+        for p in &cfg.peers {
+            if p.fingerprint.is_none() && !cfg.bearer_only.contains(&p.agent) {
+                return Err(HttpError::NoAuthentication(p.agent.clone()));
+            }
+        }
+    }
     let pins = Arc::new(PinSet::new(&local, &pins)?);
-    // Client certificates are mandatory unless some peer authenticates by
-    // bearer credential; a certificate that is presented must be pinned
-    // either way (C-A2A-3).
+    // Client certificates are mandatory unless the listener lists
+    // bearer-only peers; a certificate that is presented must be pinned
+    // either way (C-A2A-3, C-PA-1).
     let acceptor = match &cfg.tls {
         Some(identity) => {
-            let mandatory = tokens.is_empty();
+            let mandatory = cfg.bearer_only.is_empty();
             let tls = pinned_server_tls(
                 identity,
                 pins.clone(),
@@ -423,6 +492,10 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
     let state = Arc::new(State {
         local,
         tokens,
+        bearer_only: cfg
+            .tls
+            .as_ref()
+            .map(|_| cfg.bearer_only.iter().cloned().collect()),
         peers,
         waiting: Mutex::new(HashMap::new()),
         card: card_json,
@@ -440,30 +513,21 @@ pub async fn start(local: AgentId, cfg: HttpConfig) -> Result<(Transport, HttpSe
         registry.spawn(outbound_loop(state.clone(), peer, rx, guard, stop.clone()));
     }
     let app = crate::server::router(state.clone());
-    match acceptor {
-        None => {
-            registry.spawn(async move {
-                let served = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .await;
-                if let Err(e) = served {
-                    tracing::warn!(%e, "A2A HTTP server stopped");
-                }
-            });
-        }
-        Some(acceptor) => {
-            let tls = TlsServe {
-                acceptor,
-                pins,
-                app,
-                stats: stats.clone(),
-                handshakes: Arc::new(tokio::sync::Semaphore::new(cfg.max_inflight.max(1))),
-                registry: registry.clone(),
-                stop,
-            };
-            registry.spawn(tls.run(listener));
-        }
-    }
+    let serve = Serve {
+        acceptor,
+        pins,
+        app,
+        state: state.clone(),
+        handshakes: HandshakeSlots::with_per_source(
+            cfg.max_handshakes,
+            cfg.max_handshakes_per_source,
+        ),
+        handshake_timeout: cfg.handshake_timeout,
+        header_read_timeout: cfg.header_read_timeout,
+        registry: registry.clone(),
+        stop,
+    };
+    registry.spawn(serve.run(listener));
     Ok((
         transport,
         HttpServer {
@@ -708,57 +772,130 @@ async fn post_obligation(state: &State, peer: &AgentId, ob: Obligation) {
 #[derive(Clone, Debug)]
 pub(crate) struct TlsPeer(pub(crate) AgentId);
 
-/// The HTTPS accept loop: TLS handshake with the pinned verifier (bounded
-/// in time and in number), then HTTP/1.1 with the authenticated agent
-/// attached to every request.
-struct TlsServe {
-    acceptor: tokio_rustls::TlsAcceptor,
+/// The slot an unauthenticated connection holds; the first authenticated
+/// request on the connection frees it (C-PA-1).
+#[derive(Clone, Debug)]
+pub(crate) struct Preauth(Arc<Mutex<Option<HandshakeSlot>>>);
+
+impl Preauth {
+    fn authenticated(&self) {
+        lock(&self.0).take();
+    }
+
+    fn is_authenticated(&self) -> bool {
+        lock(&self.0).is_none()
+    }
+}
+
+impl State {
+    /// The peer a request's bearer credential names, if it is taken on a
+    /// connection without a client certificate (C-A2A-3).
+    pub(crate) fn bearer_peer(&self, headers: &hyper::HeaderMap) -> Option<&AgentId> {
+        let agent = self.token_agent(headers)?;
+        match &self.bearer_only {
+            Some(listed) if !listed.contains(agent) => None,
+            _ => Some(agent),
+        }
+    }
+
+    /// The peer a request's bearer credential belongs to, if any.
+    pub(crate) fn token_agent(&self, headers: &hyper::HeaderMap) -> Option<&AgentId> {
+        let token = headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })?;
+        self.tokens.get(token)
+    }
+}
+
+/// The accept loop (HTTP or HTTPS): a descriptor and a pre-authentication
+/// slot per connection or it is closed at once; the TLS handshake with the
+/// pinned verifier; HTTP/1.1 with a header-read timeout, the authenticated
+/// agent attached to every request, and the connection closed if it is
+/// still unauthenticated at the handshake timeout (C-PA-1).
+struct Serve {
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     pins: Arc<PinSet>,
     app: axum::Router,
-    stats: Arc<HttpStats>,
-    handshakes: Arc<tokio::sync::Semaphore>,
+    state: Arc<State>,
+    handshakes: HandshakeSlots,
+    handshake_timeout: Duration,
+    header_read_timeout: Duration,
     registry: Registry,
     stop: CancellationToken,
 }
 
-impl TlsServe {
+impl Serve {
     async fn run(self, listener: tokio::net::TcpListener) {
         let this = Arc::new(self);
         loop {
-            let tcp = tokio::select! {
+            let (tcp, remote) = tokio::select! {
                 _ = this.stop.cancelled() => break,
                 r = listener.accept() => match r {
-                    Ok((tcp, _)) => tcp,
+                    Ok(a) => a,
                     Err(e) => {
+                        // E.g. out of descriptors: back off, don't spin.
                         tracing::debug!(%e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
                 },
             };
-            // Pre-auth bound (C-ND-5): a flood of half-open handshakes
-            // cannot make us hold more than `max_inflight` of them.
-            let Ok(permit) = this.handshakes.clone().try_acquire_owned() else {
-                this.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+            // C-PA-1: descriptors are kept back for the control socket,
+            // and nothing unauthenticated takes more than its slot.
+            let Some(fd) = Descriptors::take() else {
+                this.refuse(remote, "descriptor budget spent");
                 continue;
+            };
+            let slot = match this.handshakes.try_take_from(remote.ip()) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    this.refuse(remote, &why.to_string());
+                    continue;
+                }
             };
             let t = this.clone();
             this.registry.spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                let tls =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, t.acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(%e, "TLS handshake refused");
-                            return;
-                        }
-                        Err(_) => {
-                            t.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                    };
-                drop(permit);
+                t.serve(tcp, slot).await;
+                drop(fd);
+            });
+        }
+    }
+
+    fn refuse(&self, remote: SocketAddr, why: &str) {
+        let n = self
+            .state
+            .stats
+            .connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+        if n % 1024 == 0 {
+            tracing::warn!(%remote, error = %why, refused = n + 1, "refused inbound HTTP connection");
+        }
+    }
+
+    async fn serve(self: Arc<Self>, tcp: tokio::net::TcpStream, slot: HandshakeSlot) {
+        let _ = tcp.set_nodelay(true);
+        let deadline = tokio::time::Instant::now() + self.handshake_timeout;
+        let stats = &self.state.stats;
+        let (io, peer): (Box<dyn IoStream>, _) = match &self.acceptor {
+            None => (Box::new(tcp), None),
+            Some(acceptor) => {
+                let tls = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%e, "TLS handshake refused");
+                        return;
+                    }
+                    Err(_) => {
+                        stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                        stats.unauthenticated_closed.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                };
                 // The verifier accepted only pinned certificates, so a
                 // presented certificate always names an agent here.
                 let peer = tls
@@ -766,29 +903,62 @@ impl TlsServe {
                     .1
                     .peer_certificates()
                     .and_then(|c| c.first())
-                    .and_then(|c| t.pins.agent(&Fingerprint::of(c)).cloned())
+                    .and_then(|c| self.pins.agent(&Fingerprint::of(c)).cloned())
                     .map(TlsPeer);
-                let app = t.app.clone();
-                let svc = hyper::service::service_fn(
-                    move |mut req: hyper::Request<hyper::body::Incoming>| {
-                        if let Some(p) = &peer {
-                            req.extensions_mut().insert(p.clone());
-                        }
-                        let mut app = app.clone();
-                        async move { tower_service::Service::call(&mut app, req).await }
-                    },
-                );
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
-                tokio::select! {
-                    r = conn => {
-                        if let Err(e) = r {
-                            tracing::debug!(%e, "HTTPS connection ended");
+                (Box::new(tls), peer)
+            }
+        };
+        let preauth = Preauth(Arc::new(Mutex::new(Some(slot))));
+        if peer.is_some() {
+            // Authenticated by its pinned certificate.
+            preauth.authenticated();
+        }
+        let app = self.app.clone();
+        let state = self.state.clone();
+        let gate = preauth.clone();
+        let svc =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                match &peer {
+                    Some(p) => {
+                        req.extensions_mut().insert(p.clone());
+                    }
+                    None => {
+                        if state.bearer_peer(req.headers()).is_some() {
+                            gate.authenticated();
                         }
                     }
-                    _ = t.stop.cancelled() => {}
                 }
+                let mut app = app.clone();
+                async move { tower_service::Service::call(&mut app, req).await }
             });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        let mut watching = !preauth.is_authenticated();
+        loop {
+            tokio::select! {
+                r = &mut conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%e, "HTTP connection ended");
+                    }
+                    break;
+                }
+                _ = self.stop.cancelled() => break,
+                _ = tokio::time::sleep_until(deadline), if watching => {
+                    if preauth.is_authenticated() {
+                        watching = false;
+                    } else {
+                        stats.unauthenticated_closed.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
         }
     }
 }
+
+/// A byte stream one connection is served over (TCP or TLS over TCP).
+trait IoStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> IoStream for T {}

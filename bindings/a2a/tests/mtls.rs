@@ -92,7 +92,21 @@ struct Receiver {
 }
 
 async fn receiver(name: &str, identity: Identity, peers: Vec<HttpPeer>) -> Receiver {
-    let cfg = HttpConfig::mtls(name, identity, peers, profiles());
+    let mut cfg = HttpConfig::mtls(name, identity, peers, profiles());
+    // Peers with a credential and no pin are listed bearer-only, as an
+    // operator must list them (C-PA-1).
+    cfg.bearer_only = cfg
+        .peers
+        .iter()
+        .filter(|p| p.fingerprint.is_none() && p.token.is_some())
+        .map(|p| p.agent.clone())
+        .collect();
+    receiver_with(cfg).await
+}
+
+async fn receiver_with(cfg: HttpConfig) -> Receiver {
+    let name = cfg.name.clone();
+    let name = name.as_str();
     let (t, server) = abhyasa_a2a::start(agent(name), cfg).await.unwrap();
     let stash = Stash::default();
     let mut o = NodeOptions::new(agent(name));
@@ -399,6 +413,197 @@ async fn c_a2a_3_bearer_beside_mtls_and_mixed_identities_refused() {
     assert_eq!(
         applied,
         HashMap::from([(("carol".to_string(), "by-carol".to_string()), 1)])
+    );
+    r.node.shutdown().await.unwrap();
+}
+
+// C-PA-1: client certificates are mandatory over HTTPS unless the listener
+// lists bearer-only peers. Unlisted, a pinned peer's credential on a
+// connection without a certificate fails at the handshake; listed, only
+// the listed peer's credential is taken there (another peer's is 401); a
+// credential-only peer that is not listed cannot start the binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_pa_1_client_certificates_mandatory_unless_bearer_only_listed() {
+    let (alice, bob) = (ident("alice"), ident("bob"));
+    let bob_fp = bob.fingerprint;
+    let dave = ident("dave");
+    let peers = vec![
+        peer("alice", Some(alice.fingerprint), Some("alice-secret")),
+        peer("dave", Some(dave.fingerprint), Some("dave-secret")),
+    ];
+    let r = receiver_with(HttpConfig::mtls("bob", bob, peers.clone(), profiles())).await;
+    let url = format!("{}/abhyasa/obligations", r.server.base_url);
+    let c = client();
+    let anon = c
+        .post(
+            &url,
+            Some("alice-secret"),
+            obligation("no-cert", "bob"),
+            Some(&no_cert_tls()),
+        )
+        .await;
+    assert!(
+        anon.is_err(),
+        "a connection without a certificate was served: {anon:?}"
+    );
+    let ok = c
+        .post(
+            &url,
+            None,
+            obligation("with-cert", "bob"),
+            Some(&client_tls(&alice, "bob", bob_fp)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200);
+    r.node.shutdown().await.unwrap();
+
+    let bob = ident("bob");
+    let bob_fp = bob.fingerprint;
+    let mut cfg = HttpConfig::mtls("bob", bob, peers, profiles());
+    cfg.bearer_only = vec![agent("dave")];
+    let r = receiver_with(cfg).await;
+    let url = format!("{}/abhyasa/obligations", r.server.base_url);
+    let not_listed = c
+        .post(
+            &url,
+            Some("alice-secret"),
+            obligation("alice-token", "bob"),
+            Some(&no_cert_tls()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        not_listed.status, 401,
+        "an unlisted peer's credential was taken without its certificate"
+    );
+    let listed = c
+        .post(
+            &url,
+            Some("dave-secret"),
+            obligation("dave-token", "bob"),
+            Some(&no_cert_tls()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&listed.body)
+    );
+    let _ = bob_fp;
+    settle().await;
+    let applied = r.applied.lock().unwrap().clone();
+    assert_eq!(
+        applied,
+        HashMap::from([(("dave".to_string(), "dave-token".to_string()), 1)])
+    );
+    r.node.shutdown().await.unwrap();
+
+    // A credential-only peer must be listed; a listed peer must have one.
+    let start = |cfg: HttpConfig| abhyasa_a2a::start(agent("bob"), cfg);
+    let c = HttpConfig::mtls(
+        "bob",
+        ident("bob"),
+        vec![peer("carol", None, Some("t"))],
+        profiles(),
+    );
+    assert!(matches!(
+        start(c).await.err(),
+        Some(HttpError::NoAuthentication(_))
+    ));
+    let mut c = HttpConfig::mtls(
+        "bob",
+        ident("bob"),
+        vec![peer("alice", Some(ident("alice").fingerprint), None)],
+        profiles(),
+    );
+    c.bearer_only = vec![agent("alice")];
+    assert!(matches!(
+        start(c).await.err(),
+        Some(HttpError::BearerOnly(_))
+    ));
+}
+
+// C-PA-1: an accepted connection that is not authenticated within the
+// handshake timeout is closed, whether it never starts TLS or finishes it
+// without a certificate and sends no credential; one source holds at most
+// its share of the unauthenticated slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_pa_1_unauthenticated_connections_are_capped_and_timed_out() {
+    use tokio::io::AsyncReadExt as _;
+    let bob = ident("bob");
+    let mut cfg = HttpConfig::mtls(
+        "bob",
+        bob,
+        vec![peer("carol", None, Some("carol-secret"))],
+        profiles(),
+    );
+    cfg.bearer_only = vec![agent("carol")];
+    cfg.handshake_timeout = Duration::from_millis(600);
+    cfg.max_handshakes_per_source = 4;
+    let r = receiver_with(cfg).await;
+    let addr = r.server.addr;
+    let mut held = Vec::new();
+    for _ in 0..12 {
+        held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut open = 0;
+    for s in &mut held {
+        let mut b = [0u8; 16];
+        if tokio::time::timeout(Duration::from_millis(20), s.read(&mut b))
+            .await
+            .is_err()
+        {
+            open += 1;
+        }
+    }
+    assert_eq!(
+        open, 4,
+        "one source held {open} unauthenticated connections"
+    );
+    assert_eq!(
+        r.server.stats.connections_refused.load(Ordering::Relaxed),
+        8
+    );
+    // The held ones are closed by the timeout (EOF or reset).
+    for s in &mut held {
+        let mut b = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_secs(3), s.read(&mut b)).await;
+        assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "{r:?}");
+    }
+    // A TLS client without a certificate that sends no credential is
+    // closed too; carol's credential is still taken.
+    let connector = tokio_rustls::TlsConnector::from(no_cert_tls());
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("bob").unwrap(), tcp)
+        .await
+        .unwrap();
+    let mut b = [0u8; 16];
+    let idle = tokio::time::timeout(Duration::from_secs(3), tls.read(&mut b)).await;
+    assert!(matches!(idle, Ok(Ok(0)) | Ok(Err(_))), "{idle:?}");
+    let c = client();
+    let url = format!("{}/abhyasa/obligations", r.server.base_url);
+    let by_carol = c
+        .post(
+            &url,
+            Some("carol-secret"),
+            obligation("carol-1", "bob"),
+            Some(&no_cert_tls()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_carol.status, 200);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        r.server
+            .stats
+            .unauthenticated_closed
+            .load(Ordering::Relaxed)
+            >= 4
     );
     r.node.shutdown().await.unwrap();
 }

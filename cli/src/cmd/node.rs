@@ -127,7 +127,18 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     // QUIC for the peers it pins; WebSocket (dial only) for `transport =
     // "ws"` peers; the HTTP binding (when `[http]` is set) for `transport =
     // "http"` peers, all routed by peer as one transport.
+    // C-PA-1: descriptors are kept back from every listener, so the
+    // control socket still accepts while a listener is flooded.
+    let fds = abhyasa_transport::limit::Descriptors::reserve(cfg.limits.descriptor_reserve);
+    tracing::info!(
+        limit = ?fds.limit,
+        reserve = fds.reserve,
+        connections = fds.connections,
+        "descriptor budget of the listeners"
+    );
     let mut qcfg = QuicConfig::new(cfg.agent.clone(), identity.clone(), cfg.listen);
+    qcfg.max_handshakes = cfg.limits.max_handshakes;
+    qcfg.max_handshakes_per_source = cfg.limits.max_handshakes_per_source;
     for p in cfg
         .peers
         .iter()
@@ -143,6 +154,7 @@ async fn serve(a: RunArgs) -> Result<(), String> {
     let ws_peers: Vec<_> = cfg.peers.iter().filter(|p| p.ws_url.is_some()).collect();
     if !ws_peers.is_empty() {
         let mut wcfg = abhyasa_ws::WsConfig::new(cfg.agent.clone(), identity.clone(), None);
+        wcfg.allow_plaintext_remote = cfg.limits.allow_plaintext_ws;
         for p in ws_peers {
             wcfg = wcfg.with_peer(p.pin.clone(), p.ws_url.clone());
         }
@@ -261,6 +273,11 @@ async fn start_http(
     };
     hc.listen = h.listen;
     hc.public_url = Some(h.base_url.clone());
+    hc.bearer_only = h.bearer_only.clone();
+    hc.handshake_timeout = h.handshake_timeout;
+    hc.header_read_timeout = h.header_read_timeout;
+    hc.max_handshakes = cfg.limits.max_handshakes;
+    hc.max_handshakes_per_source = cfg.limits.max_handshakes_per_source;
     let (transport, server) = abhyasa_a2a::start(cfg.agent.clone(), hc)
         .await
         .map_err(|e| format!("HTTP binding on {}: {e}", h.listen))?;

@@ -24,8 +24,14 @@
 //! max_hold_seconds = 86400        # longest a frame is held, whatever its deadline
 //! per_destination = 100000        # frames queued per destination
 //! per_origin = 100000             # frames held per origin
+//! per_origin_bytes = 67108864     # bytes held per origin (one tenant cannot fill the spool)
 //! total_frames = 1000000          # frames held in total
 //! total_bytes = 1073741824        # bytes held in total
+//! max_handshakes = 64             # unauthenticated connections per listener
+//! max_handshakes_per_source = 8   # of those, from one address (an IPv4 address or an IPv6 /64)
+//! handshake_timeout_ms = 5000     # WebSocket: closed if the signed hello is not done by then
+//! descriptor_reserve = 64         # descriptors kept back from the listeners
+//! allow_plaintext_ws = false      # ws_listen off loopback (ws:// has no integrity after the hello)
 //!
 //! [[peers]]                       # custodians and edges, pinned as for nodes
 //! agent = "alice"
@@ -119,6 +125,11 @@ pub(crate) struct InitArgs {
     /// WebSocket listen address (TCP) for `--transport both`.
     #[arg(long)]
     ws_listen: Option<String>,
+    /// Allow the WebSocket listener on a non-loopback address: `ws://`
+    /// frames after the signed hello have no integrity or secrecy of
+    /// their own (put a TLS-terminating proxy in front, or use QUIC).
+    #[arg(long)]
+    allow_plaintext_ws: bool,
 }
 
 /// Options of `abhyasa relay run`.
@@ -159,10 +170,22 @@ struct RelayFile {
     per_destination: usize,
     #[serde(default = "d_100k")]
     per_origin: usize,
+    #[serde(default = "d_per_origin_bytes")]
+    per_origin_bytes: u64,
     #[serde(default = "d_1m")]
     total_frames: usize,
     #[serde(default = "d_gib")]
     total_bytes: u64,
+    #[serde(default = "d_max_handshakes")]
+    max_handshakes: usize,
+    #[serde(default = "d_max_handshakes_per_source")]
+    max_handshakes_per_source: usize,
+    #[serde(default = "d_handshake_timeout_ms")]
+    handshake_timeout_ms: u64,
+    #[serde(default = "d_descriptor_reserve")]
+    descriptor_reserve: usize,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    allow_plaintext_ws: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     peers: Vec<PeerConfig>,
 }
@@ -178,6 +201,21 @@ fn d_1m() -> usize {
 }
 fn d_gib() -> u64 {
     1 << 30
+}
+fn d_per_origin_bytes() -> u64 {
+    SpoolLimits::default().per_origin_bytes
+}
+fn d_max_handshakes() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES
+}
+fn d_max_handshakes_per_source() -> usize {
+    abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE
+}
+fn d_handshake_timeout_ms() -> u64 {
+    abhyasa_ws::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64
+}
+fn d_descriptor_reserve() -> usize {
+    abhyasa_transport::limit::DEFAULT_DESCRIPTOR_RESERVE
 }
 
 /// Runs `abhyasa relay …`.
@@ -223,6 +261,17 @@ fn init(a: InitArgs) -> Result<(), String> {
         }
         (_, Some(_)) => return Err("--ws-listen is only for --transport both".into()),
     };
+    if let Some(w) = &ws {
+        let off_loopback = w
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|w| !w.ip().is_loopback());
+        if off_loopback && !a.allow_plaintext_ws {
+            return Err(format!(
+                "WebSocket on {w} is plaintext off loopback (frames after the signed hello have no integrity): \
+                 use a loopback address behind a TLS-terminating proxy, QUIC, or pass --allow-plaintext-ws"
+            ));
+        }
+    }
     if a.dir.join(CONFIG_FILE).exists() || a.dir.join("identity").exists() {
         return Err(format!(
             "{} is already a directory with a config; refusing to overwrite it",
@@ -235,6 +284,7 @@ fn init(a: InitArgs) -> Result<(), String> {
     let file = RelayFile {
         listen: quic.clone(),
         ws_listen: ws.clone(),
+        allow_plaintext_ws: a.allow_plaintext_ws,
         ..file
     };
     let text = toml::to_string(&file).map_err(|e| format!("config: {e}"))?;
@@ -345,16 +395,38 @@ async fn serve(a: RunArgs) -> Result<(), String> {
             |q, p| q.with_peer(p.clone(), None),
         )
     });
+    if file.handshake_timeout_ms == 0 {
+        return Err("config.toml: key `handshake_timeout_ms`: must be at least 1".into());
+    }
+    // C-PA-1: descriptors kept back from the listeners.
+    let fds = abhyasa_transport::limit::Descriptors::reserve(file.descriptor_reserve);
+    tracing::info!(
+        limit = ?fds.limit,
+        reserve = fds.reserve,
+        connections = fds.connections,
+        "descriptor budget of the listeners"
+    );
+    let quic = quic.map(|mut q| {
+        q.max_handshakes = file.max_handshakes;
+        q.max_handshakes_per_source = file.max_handshakes_per_source;
+        q
+    });
     let ws = ws_listen.map(|l| {
-        pins.iter().fold(
+        let mut w = pins.iter().fold(
             WsConfig::new(agent.clone(), identity.clone(), Some(l)),
             |w, p| w.with_peer(p.clone(), None),
-        )
+        );
+        w.max_handshakes = file.max_handshakes;
+        w.max_handshakes_per_source = file.max_handshakes_per_source;
+        w.handshake_timeout = Duration::from_millis(file.handshake_timeout_ms);
+        w.allow_plaintext_remote = file.allow_plaintext_ws;
+        w
     });
     let mut limits = SpoolLimits::default();
     limits.max_hold = Duration::from_secs(file.max_hold_seconds);
     limits.per_destination = file.per_destination;
     limits.per_origin = file.per_origin;
+    limits.per_origin_bytes = file.per_origin_bytes;
     limits.total_frames = file.total_frames;
     limits.total_bytes = file.total_bytes;
     let relay = abhyasa_spool::start(RelayConfig {

@@ -17,7 +17,9 @@
 //! * **Leased ownership, fenced by epoch** (C-FL-1). Opening takes the
 //!   partition's `abhyasa_owners` row (epoch + 1) when it is free or its
 //!   lease lapsed on the database clock, else fails with
-//!   [`StoreError::Owned`] or waits ([`Takeover`]). A thread renews the
+//!   [`StoreError::Owned`] (or [`StoreError::HolderInUse`] when the live
+//!   lease is under this node's own holder name: never taken over, C-PA-4)
+//!   or waits ([`Takeover`]). A thread renews the
 //!   lease; every commit locks the owner row and re-checks its epoch inside
 //!   its own transaction, so after a takeover a stale owner's commit fails
 //!   with [`StoreError::Fenced`] and writes nothing.
@@ -59,7 +61,8 @@ pub const URL_ENV: &str = "ABHYASA_PG_URL";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Takeover {
-    /// Fail at once with [`StoreError::Owned`].
+    /// Fail at once with [`StoreError::Owned`] (or
+    /// [`StoreError::HolderInUse`]).
     Fail,
     /// Stand by: poll every `poll` until the lease lapses, then take over.
     Wait {
@@ -222,7 +225,8 @@ impl PgStore {
                     Takeover::Fail => return Err(owned),
                     Takeover::Wait { poll } => {
                         let left = match &owned {
-                            StoreError::Owned { remaining_ms, .. } => {
+                            StoreError::Owned { remaining_ms, .. }
+                            | StoreError::HolderInUse { remaining_ms, .. } => {
                                 Duration::from_millis(*remaining_ms)
                             }
                             _ => poll,

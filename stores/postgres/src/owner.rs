@@ -19,9 +19,11 @@ use postgres::{Client, GenericClient, Transaction};
 
 use crate::{connect, pg_err};
 
-/// Takes the partition for `holder` if it is free, its lease has lapsed,
-/// or `holder` itself holds it (a restart under the same name fences its
-/// own earlier incarnation). Returns the new epoch, or who holds it.
+/// Takes the partition for `holder` if it is free or its lease has
+/// lapsed. Returns the new epoch, or who holds it: a live lease under
+/// `holder`'s own name is refused too ([`StoreError::HolderInUse`]), since
+/// a copied configuration cannot be told from a restart (C-PA-4); a clean
+/// stop ends its lease at once, a crashed owner's lapses.
 pub(crate) fn try_take(
     client: &mut Client,
     partition: &str,
@@ -43,7 +45,6 @@ pub(crate) fn try_take(
                    lease_until = EXCLUDED.lease_until,
                    taken_at = now()
                WHERE abhyasa_owners.lease_until <= now()
-                  OR abhyasa_owners.holder = EXCLUDED.holder
              RETURNING epoch",
             &[&partition, &holder, &millis(lease)],
         )
@@ -59,10 +60,21 @@ pub(crate) fn try_take(
                     &[&partition],
                 )
                 .map_err(pg_err("read owner"))?;
-            Err(StoreError::Owned {
-                holder: r.get(0),
-                remaining_ms: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
-            })
+            let (owner, remaining_ms) = (
+                r.get::<_, String>(0),
+                u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+            );
+            if owner == holder {
+                Err(StoreError::HolderInUse {
+                    holder: owner,
+                    remaining_ms,
+                })
+            } else {
+                Err(StoreError::Owned {
+                    holder: owner,
+                    remaining_ms,
+                })
+            }
         }
     };
     tx.commit().map_err(pg_err("commit takeover"))?;

@@ -246,7 +246,8 @@ fn partitions_are_isolated() {
 fn lost_connection_stops_the_store_and_restart_loads_what_is_durable() {
     let url = pg_or_skip!();
     let p = cluster::partition("lost");
-    let opts = options("node-a", Duration::from_secs(30), None);
+    let lease = Duration::from_millis(800);
+    let opts = options("node-a", lease, None);
     let mut a = PgStore::open(url, &p, &opts).unwrap();
     let _ = a.commit(EPOCH, &[&offer("durable")]).unwrap();
     let pid = a.backend_pid().unwrap();
@@ -258,7 +259,10 @@ fn lost_connection_stops_the_store_and_restart_loads_what_is_durable() {
     assert!(again.is_err(), "a broken store accepted a commit");
     assert!(a.load().is_err(), "a broken store answered a read");
     drop(a);
-    // The same holder restarts and takes its partition back at once.
+    // The broken store could not end its lease: the same holder name is
+    // refused while it is live (C-PA-4), and takes the partition back
+    // once it lapses.
+    std::thread::sleep(lease + Duration::from_millis(200));
     let b = PgStore::open(url, &p, &opts).unwrap();
     let ids: Vec<String> = b
         .load()
@@ -269,6 +273,58 @@ fn lost_connection_stops_the_store_and_restart_loads_what_is_durable() {
         .map(|k| k.to_string())
         .collect();
     assert_eq!(ids, ["durable"]);
+}
+
+// C-PA-4: a holder name copied between two configurations does not take
+// the partition from the live owner under that name: a typed refusal, the
+// owner keeps writing under its epoch. A clean stop ends the lease, so the
+// same name restarts at once; a standby under that name takes over only
+// once the lease lapses (an explicit, fenced takeover).
+#[test]
+fn c_pa_4_holder_name_owning_a_live_partition_is_refused() {
+    let url = pg_or_skip!();
+    let p = cluster::partition("holder");
+    let lease = Duration::from_millis(600);
+    let opts = options("host-a", lease, None);
+    let mut a = PgStore::open(url, &p, &opts).unwrap();
+    let _ = a.commit(EPOCH, &[&offer("by-a")]).unwrap();
+    match PgStore::open(url, &p, &opts) {
+        Err(StoreError::HolderInUse {
+            holder,
+            remaining_ms,
+        }) => {
+            assert_eq!(holder, "host-a");
+            assert!(remaining_ms > 0 && remaining_ms <= 600, "{remaining_ms}");
+        }
+        other => panic!("a copied holder name took a live partition: {other:?}"),
+    }
+    // The owner was not fenced: it still writes under its epoch.
+    let _ = a.commit(EPOCH, &[&offer("still-a")]).unwrap();
+    drop(a);
+    // A clean stop released the lease: the same name restarts at once.
+    let b = PgStore::open(url, &p, &opts).unwrap();
+    let ids: Vec<String> = b
+        .load()
+        .unwrap()
+        .custodian
+        .pending
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(ids, ["by-a", "still-a"]);
+    // Held without renewal: a standby under the same name waits for the
+    // lease to lapse, then takes over with a new epoch and fences b.
+    let mut standby = options("host-a", lease, None);
+    standby.takeover = Takeover::Wait {
+        poll: Duration::from_millis(50),
+    };
+    let c = PgStore::open(url, &p, &standby).unwrap();
+    assert_eq!(c.epoch(), b.epoch() + 1);
+    let mut b = b;
+    assert!(matches!(
+        b.commit(EPOCH, &[&offer("stale")]),
+        Err(StoreError::Fenced { .. })
+    ));
 }
 
 // format_version is checked as on the embedded stores.
@@ -363,7 +419,7 @@ fn commit_in_doubt_stops_the_store_and_restart_loads_the_truth() {
     let url = pg_or_skip!();
     let (proxied, armed) = cutting_proxy(url);
     let p = cluster::partition("doubt");
-    let opts = options("node-a", Duration::from_secs(30), None);
+    let opts = options("node-a", Duration::from_millis(800), None);
     let mut a = PgStore::open(&proxied, &p, &opts).unwrap();
     let _ = a.commit(EPOCH, &[&offer("first")]).unwrap();
     armed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -374,7 +430,13 @@ fn commit_in_doubt_stops_the_store_and_restart_loads_the_truth() {
     assert!(a.commit(EPOCH, &[&offer("after")]).is_err());
     assert!(a.load().is_err());
     drop(a);
-    let b = PgStore::open(url, &p, &opts).unwrap();
+    // The broken store could not end its lease: the restart under the
+    // same holder name waits it out (C-PA-4).
+    let mut restart = opts.clone();
+    restart.takeover = Takeover::Wait {
+        poll: Duration::from_millis(50),
+    };
+    let b = PgStore::open(url, &p, &restart).unwrap();
     let mut ids: Vec<String> = b
         .load()
         .unwrap()

@@ -62,6 +62,10 @@ pub struct QuicConfig {
     /// one more is refused at once. Default
     /// [`DEFAULT_MAX_HANDSHAKES`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES) (64).
     pub max_handshakes: usize,
+    /// C-PA-1: most of those from one validated source address (an IPv4
+    /// address or an IPv6 /64). Default
+    /// [`DEFAULT_MAX_HANDSHAKES_PER_SOURCE`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE) (8).
+    pub max_handshakes_per_source: usize,
 }
 
 impl QuicConfig {
@@ -79,6 +83,7 @@ impl QuicConfig {
             fixed_mtu: None,
             dangerous_rng_seed: None,
             max_handshakes: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_source: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
         }
     }
 

@@ -139,7 +139,18 @@ async fn start_inner(
         PinSet::new(&config.agent, config.peers.iter().map(|p| &p.pin))?,
     );
     let transport = Arc::new(transport_config(&config)?);
-    let server = tls::server_config(&config.identity, pins.clone(), transport.clone())?;
+    let mut server = tls::server_config(&config.identity, pins.clone(), transport.clone())?;
+    // C-PA-1: what quinn itself holds for connection attempts not yet
+    // accepted: a bounded queue, and a bounded buffer of their early
+    // datagrams (a handshake's Initial flight fits well inside 16 KiB).
+    server
+        .max_incoming(config.max_handshakes.saturating_mul(2).max(1))
+        .incoming_buffer_size(16 * 1024)
+        .incoming_buffer_size_total(
+            u64::try_from(config.max_handshakes.saturating_mul(2).max(1))
+                .unwrap_or(u64::MAX)
+                .saturating_mul(16 * 1024),
+        );
     let addr = socket.local_addr().unwrap_or(config.listen);
     let mut endpoint_config =
         quinn::EndpointConfig::new(Arc::new(tls::reset_key(&config.identity)));
@@ -160,7 +171,8 @@ async fn start_inner(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
-    let handshakes = HandshakeSlots::new(config.max_handshakes);
+    let handshakes =
+        HandshakeSlots::with_per_source(config.max_handshakes, config.max_handshakes_per_source);
     let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
@@ -197,19 +209,40 @@ async fn accept_loop(ctx: Arc<Ctx>) {
             },
         };
         let remote = incoming.remote_address();
-        // C-ND-5: beyond the cap of handshakes in flight, refuse at once
-        // (a CONNECTION_REFUSED close) rather than hold another one.
-        let Some(slot) = ctx.handshakes.try_take() else {
-            incoming.refuse();
-            refused(
-                &ctx,
-                remote,
-                &format!(
-                    "{} handshakes already in flight (max_handshakes)",
-                    ctx.handshakes.max()
-                ),
-            );
+        let validated = incoming.remote_address_validated();
+        // C-PA-1: a UDP source address can be forged. Once a quarter of the
+        // slots are taken, an attempt from an address not yet validated is
+        // sent a Retry (its next Initial proves the address) instead of a
+        // slot.
+        if !validated
+            && incoming.may_retry()
+            && ctx.handshakes.in_flight() >= ctx.handshakes.max().div_ceil(4)
+        {
+            if let Err(e) = incoming.retry() {
+                e.into_incoming().ignore();
+            }
             continue;
+        }
+        // C-ND-5, C-PA-1: beyond the cap of handshakes in flight, refuse at
+        // once (a CONNECTION_REFUSED close) rather than hold another one.
+        // Only a validated address is counted per source, so a forged
+        // one cannot use up a real peer's share.
+        let slot = if validated {
+            ctx.handshakes.try_take_from(remote.ip())
+        } else {
+            ctx.handshakes
+                .try_take()
+                .ok_or(abhyasa_transport::limit::SlotRefusal::Full(
+                    ctx.handshakes.max(),
+                ))
+        };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(why) => {
+                incoming.refuse();
+                refused(&ctx, remote, &why.to_string());
+                continue;
+            }
         };
         let ctx2 = ctx.clone();
         ctx.registry.spawn(async move {

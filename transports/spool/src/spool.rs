@@ -45,6 +45,10 @@ pub struct SpoolLimits {
     pub per_destination: usize,
     /// Most frames held from one origin (`origin_quota`).
     pub per_origin: usize,
+    /// Most bytes held from one origin (`origin_quota`), so that one
+    /// tenant cannot take the whole of `total_bytes` from the others
+    /// (C-PA-2). Default 64 MiB, a sixteenth of the default `total_bytes`.
+    pub per_origin_bytes: u64,
     /// Most frames held in total (`spool_full`).
     pub total_frames: usize,
     /// Most bytes held in total (`spool_full`).
@@ -60,6 +64,7 @@ impl Default for SpoolLimits {
             max_frame_bytes: abhyasa_core::wire::DEFAULT_MAX_FRAME,
             per_destination: 100_000,
             per_origin: 100_000,
+            per_origin_bytes: 64 << 20,
             total_frames: 1_000_000,
             total_bytes: 1 << 30,
             retry_hint: Duration::from_secs(30),
@@ -148,7 +153,8 @@ pub struct Spool {
     next_seq: u64,
     by_key: HashMap<FrameKey, Entry>,
     queues: BTreeMap<AgentId, BTreeMap<u64, FrameKey>>,
-    per_origin: HashMap<AgentId, usize>,
+    /// Frames and bytes held per origin.
+    per_origin: HashMap<AgentId, (usize, u64)>,
     total_bytes: u64,
     counters: BTreeMap<String, u64>,
     dirty_counters: bool,
@@ -192,6 +198,30 @@ fn decode_entry(seq: u64, b: &[u8]) -> Result<(Timestamp, Timestamp, Sealed), Sp
     }
 }
 
+/// Creates `path` owner-only if it is missing, and makes it owner-only if
+/// it is not.
+#[cfg(unix)]
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(unix))]
+fn owner_only(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// Tells a retransmission (same inner bytes) from a replacement under the
 /// same key.
 fn inner_hash(inner: &[u8]) -> [u8; 32] {
@@ -201,7 +231,14 @@ fn inner_hash(inner: &[u8]) -> [u8; 32] {
 impl Spool {
     /// Opens (or creates) the spool file and loads its index: everything
     /// receipted before a crash is there again.
+    ///
+    /// The file is made owner-only (0600): the frames in it are signed
+    /// but not encrypted (spec/protocol.md §7, C-PA-3).
     pub fn open(path: &Path, limits: SpoolLimits) -> Result<Self, SpoolError> {
+        owner_only(path).map_err(|e| SpoolError::Backend {
+            op: "set the file owner-only",
+            detail: e.to_string(),
+        })?;
         let db = redb::Database::create(path).map_err(be("open"))?;
         let w = db.begin_write().map_err(be("begin write"))?;
         {
@@ -250,7 +287,9 @@ impl Spool {
             .entry(sealed.destination.clone())
             .or_default()
             .insert(seq, key);
-        *self.per_origin.entry(sealed.origin.clone()).or_default() += 1;
+        let o = self.per_origin.entry(sealed.origin.clone()).or_default();
+        o.0 += 1;
+        o.1 += size as u64;
         self.total_bytes += size as u64;
         self.by_key.insert(
             key,
@@ -274,9 +313,10 @@ impl Spool {
                 self.queues.remove(&e.destination);
             }
         }
-        if let Some(n) = self.per_origin.get_mut(&e.origin) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(o) = self.per_origin.get_mut(&e.origin) {
+            o.0 -= 1;
+            o.1 -= e.size as u64;
+            if o.0 == 0 {
                 self.per_origin.remove(&e.origin);
             }
         }
@@ -339,6 +379,7 @@ impl Spool {
         let mut replaced: Vec<FrameKey> = Vec::new();
         let mut dest_add: HashMap<AgentId, usize> = HashMap::new();
         let mut origin_add: HashMap<AgentId, usize> = HashMap::new();
+        let mut origin_bytes_add: HashMap<AgentId, u64> = HashMap::new();
         let mut frames_add = 0usize;
         let mut bytes_add = 0u64;
         let mut batch_keys: HashSet<FrameKey> = HashSet::new();
@@ -391,10 +432,24 @@ impl Spool {
                 continue;
             }
             let is_new = existing.is_none();
+            // C-PA-2: an origin's bytes, this batch's included (a
+            // replacement counted in full: conservative, never over).
+            let orig_bytes = self.per_origin.get(&sealed.origin).map_or(0, |o| o.1)
+                + origin_bytes_add.get(&sealed.origin).copied().unwrap_or(0)
+                + entry.len() as u64;
+            if orig_bytes > self.limits.per_origin_bytes {
+                self.count(format!(
+                    "refused/{}/{}",
+                    RefusalCode::OriginQuota.as_str(),
+                    sealed.destination
+                ));
+                receipt.refused.push(refuse(RefusalCode::OriginQuota));
+                continue;
+            }
             if is_new {
                 let dest = self.depth(&sealed.destination)
                     + dest_add.get(&sealed.destination).copied().unwrap_or(0);
-                let orig = self.per_origin.get(&sealed.origin).copied().unwrap_or(0)
+                let orig = self.per_origin.get(&sealed.origin).map_or(0, |o| o.0)
                     + origin_add.get(&sealed.origin).copied().unwrap_or(0);
                 let code = if dest >= self.limits.per_destination {
                     Some(RefusalCode::DestinationQuota)
@@ -419,6 +474,7 @@ impl Spool {
                 replaced.push(key);
             }
             bytes_add += entry.len() as u64;
+            *origin_bytes_add.entry(sealed.origin.clone()).or_default() += entry.len() as u64;
             batch_keys.insert(key);
             let seq = self.next_seq + writes.len() as u64;
             writes.push((key, seq, entry, sealed, hold_until));

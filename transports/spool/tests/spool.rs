@@ -264,3 +264,75 @@ fn c_tr_3_quotas_and_authorization_are_typed_refusals() {
     assert_eq!(e1.depth, 2);
     assert_eq!(e1.refused.get("destination_quota"), Some(&1));
 }
+
+fn big_frame(s: &Sealer, id: &str, to: &str, bytes: usize) -> Sealed {
+    let ob = Obligation::builder()
+        .id(id)
+        .kind("anumati.consent")
+        .target(to)
+        .payload(json!({"decision": "revoke", "scope": "s".repeat(bytes)}))
+        .deadline_seconds(600)
+        .max_retries(64)
+        .created_at(T)
+        .build()
+        .unwrap();
+    let inner = Envelope::new(s.local().clone(), Message::Obligation(ob.clone()));
+    s.seal(&agent(to), &inner, ob.deadline_at()).unwrap()
+}
+
+// C-PA-2: quotas per origin are in bytes as well as frames. A tenant
+// sending large frames is refused `origin_quota` once it holds its bytes,
+// long before the spool is full, and another tenant's frames are still
+// taken; what the first tenant had spooled stays.
+#[test]
+fn c_pa_2_one_tenant_cannot_fill_the_spool_with_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = limits();
+    // Frames of ~51 KB (a 50 000-byte payload, sealed): four fit in
+    // 230 000 bytes, a fifth does not; the spool holds 1 MiB.
+    l.per_origin_bytes = 230_000;
+    l.total_bytes = 1 << 20;
+    let mut spool = Spool::open(&dir.path().join("spool.redb"), l).unwrap();
+    let (greedy, other) = (sealer("greedy"), sealer("other"));
+    let frames: Vec<Sealed> = (0..20)
+        .map(|i| big_frame(&greedy, &format!("big-{i}"), "edge", 50_000))
+        .collect();
+    let r = spool.offer(T, &agent("greedy"), frames, all).unwrap();
+    // The rest are refused by bytes (the frame quota, 100 000, is far
+    // away), though the spool has room for more than twice as much.
+    assert_eq!(r.accepted.len(), 4, "{r:?}");
+    assert_eq!(r.refused.len(), 16);
+    assert!(r
+        .refused
+        .iter()
+        .all(|x| x.code == RefusalCode::OriginQuota && x.retry_after_seconds > 0));
+    let more = big_frame(&greedy, "big-later", "edge", 50_000);
+    let r = spool.offer(T, &agent("greedy"), vec![more], all).unwrap();
+    assert_eq!(r.refused[0].code, RefusalCode::OriginQuota, "{r:?}");
+    // The other tenant still gets its frames in.
+    let small = frame(&other, "small-1", "edge", 600);
+    let big = big_frame(&other, "big-other", "edge", 50_000);
+    let r = spool
+        .offer(T, &agent("other"), vec![small, big], all)
+        .unwrap();
+    assert_eq!(r.accepted.len(), 2, "{r:?}");
+    assert_eq!(pending(&spool, T, "edge").len(), 6);
+}
+
+// C-PA-3: the spool file is owner-only: the frames in it are signed, not
+// encrypted.
+#[cfg(unix)]
+#[test]
+fn c_pa_3_spool_file_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spool.redb");
+    drop(Spool::open(&path, limits()).unwrap());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+    // An existing file that was readable by others is made owner-only.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    drop(Spool::open(&path, limits()).unwrap());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+}

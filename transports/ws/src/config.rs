@@ -12,8 +12,10 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Default idle timeout: 30 s without any message (pongs included) closes
 /// the connection; six pings may go unanswered first.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default bound on TCP connect + WebSocket upgrade + signed hello: 10 s.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound on TCP connect + WebSocket upgrade + signed hello: 5 s.
+/// An inbound connection that has not proved a pinned key by then is
+/// closed (C-PA-1).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One peer: its pin, and the URL to dial it at (none: it dials us).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,17 @@ pub struct WsConfig {
     /// hello) in flight; one more connection is closed at once. Default
     /// [`DEFAULT_MAX_HANDSHAKES`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES) (64).
     pub max_handshakes: usize,
+    /// C-PA-1: most of those from one source address (an IPv4 address or
+    /// an IPv6 /64); one more from it is closed at once. Default
+    /// [`DEFAULT_MAX_HANDSHAKES_PER_SOURCE`](abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE) (8).
+    pub max_handshakes_per_source: usize,
+    /// C-PA-3: `ws://` carries frames after the signed hello with no
+    /// integrity or secrecy of its own, so by default the transport only
+    /// listens on a loopback address and only dials loopback hosts
+    /// (`127.0.0.0/8`, `::1`, `localhost`); anything else is refused at
+    /// start. Set this to listen on or dial other addresses (behind a
+    /// TLS-terminating proxy, or on a network you trust). Default `false`.
+    pub allow_plaintext_remote: bool,
 }
 
 impl WsConfig {
@@ -64,6 +77,8 @@ impl WsConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_handshakes: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_source: abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
+            allow_plaintext_remote: false,
         }
     }
 

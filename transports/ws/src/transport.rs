@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use abhyasa_core::{AgentId, PeerError};
 use abhyasa_quic::{Enrolment, LivePins, PinError, PinSet};
-use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
+use abhyasa_transport::limit::{
+    DescriptorPermit, Descriptors, HandshakeSlot, HandshakeSlots, WarnLimiter,
+};
 use abhyasa_transport::link::{DialError, InboundSink, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
@@ -52,6 +54,10 @@ pub enum StartError {
         /// Why it is refused.
         reason: String,
     },
+    /// A plaintext `ws://` listener or peer URL off loopback, and
+    /// `allow_plaintext_remote` is not set (C-PA-3).
+    #[error("refusing plaintext ws:// on {0}: frames after the hello have no integrity; use a loopback address, or set allow_plaintext_remote explicitly")]
+    PlaintextRemote(String),
     /// A timeout knob is out of range.
     #[error("invalid timeouts: {0}")]
     Timeouts(String),
@@ -146,13 +152,21 @@ async fn start_inner(
         config.agent.clone(),
         PinSet::new(&config.agent, config.peers.iter().map(|p| &p.pin))?,
     );
+    if let Some(addr) = config.listen {
+        if !config.allow_plaintext_remote && !addr.ip().is_loopback() {
+            return Err(StartError::PlaintextRemote(addr.to_string()));
+        }
+    }
     for peer in &config.peers {
         if let Some(url) = &peer.url {
-            check_url(url).map_err(|reason| StartError::Url {
+            let loopback = check_url(url).map_err(|reason| StartError::Url {
                 peer: peer.pin.agent.clone(),
                 url: url.clone(),
                 reason,
             })?;
+            if !config.allow_plaintext_remote && !loopback {
+                return Err(StartError::PlaintextRemote(url.clone()));
+            }
         }
     }
     let listener = match (config.listen, &io) {
@@ -164,7 +178,8 @@ async fn start_inner(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
-    let handshakes = HandshakeSlots::new(config.max_handshakes);
+    let handshakes =
+        HandshakeSlots::with_per_source(config.max_handshakes, config.max_handshakes_per_source);
     let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
@@ -195,13 +210,18 @@ async fn start_inner(
     Ok((transport, enrolment))
 }
 
-fn check_url(url: &str) -> Result<(), String> {
+/// Checks a peer URL; `Ok(true)` when its host is loopback.
+fn check_url(url: &str) -> Result<bool, String> {
     if !url.starts_with("ws://") {
         return Err("only ws:// URLs are supported".into());
     }
-    url.into_client_request()
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let request = url.into_client_request().map_err(|e| e.to_string())?;
+    let host = request.uri().host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()))
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
@@ -249,23 +269,27 @@ async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
         };
         match accepted {
             Ok((stream, remote)) => {
-                // C-ND-5: beyond the cap of handshakes in flight, close the
-                // stream at once rather than hold another one.
-                let Some(slot) = ctx.handshakes.try_take() else {
+                // C-PA-1: the process keeps descriptors back for the
+                // control socket; past the budget, close at once.
+                let Some(fd) = Descriptors::take() else {
                     drop(stream);
-                    refused(
-                        &ctx,
-                        remote,
-                        &format!(
-                            "{} handshakes already in flight (max_handshakes)",
-                            ctx.handshakes.max()
-                        ),
-                    );
+                    refused(&ctx, remote, "descriptor budget spent");
                     continue;
+                };
+                // C-ND-5, C-PA-1: beyond the cap of handshakes in flight,
+                // in total or from this source, close the stream at once
+                // rather than hold another one.
+                let slot = match ctx.handshakes.try_take_from(remote.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        drop(stream);
+                        refused(&ctx, remote, &why.to_string());
+                        continue;
+                    }
                 };
                 let ctx2 = ctx.clone();
                 ctx.registry.spawn(async move {
-                    if let Err(e) = accept(&ctx2, stream, slot).await {
+                    if let Err(e) = accept(&ctx2, stream, slot, fd).await {
                         refused(&ctx2, remote, &e.to_string());
                     }
                 });
@@ -291,6 +315,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: &Ctx,
     tcp: S,
     slot: HandshakeSlot,
+    _fd: DescriptorPermit,
 ) -> Result<(), DialError> {
     let cfg = ws_config(ctx.config.link.max_frame);
     let handshake = async {

@@ -330,3 +330,71 @@ async fn c_nd_5_handshakes_in_flight_are_capped() {
         "the cap refusal and two timeouts"
     );
 }
+
+// C-PA-1: one source address holds at most its share of the handshake
+// slots; a pinned peer dialling from another loopback address still gets
+// in while that source's idle connections are held.
+#[tokio::test]
+async fn c_pa_1_handshakes_are_capped_per_source() {
+    use tokio::io::AsyncReadExt as _;
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let mut b_cfg = config(&id("b"), &b_id, Some(loopback())).with_peer(a_id.pin(id("a")), None);
+    b_cfg.max_handshakes = 16;
+    b_cfg.max_handshakes_per_source = 3;
+    let mut b = start(b_cfg).await.expect("b starts");
+    let addr = b.handle.local_addr().expect("b listens");
+    let mut flood = Vec::new();
+    for _ in 0..10 {
+        let s = tokio::net::TcpSocket::new_v4().expect("socket");
+        s.bind(SocketAddr::from(([127, 0, 0, 2], 0)))
+            .expect("bind 127.0.0.2");
+        flood.push(s.connect(addr).await.expect("tcp connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut open = 0;
+    for s in &mut flood {
+        let mut buf = [0u8; 16];
+        if tokio::time::timeout(Duration::from_millis(20), s.read(&mut buf))
+            .await
+            .is_err()
+        {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 3, "one source held {open} handshake slots");
+    assert_eq!(b.handle.stats().refused, 7);
+    let a = start(config(&id("a"), &a_id, None).with_peer(b_id.pin(id("b")), Some(url(addr))))
+        .await
+        .expect("a starts");
+    assert_eq!(next(&mut b).await, Incoming::Connected(id("a")));
+    drop(a);
+}
+
+// C-PA-3: plaintext ws:// off loopback is refused at start unless
+// explicitly allowed, for the listener and for peer URLs alike.
+#[tokio::test]
+async fn c_pa_3_plaintext_off_loopback_is_refused_unless_allowed() {
+    let (a_id, b_id) = (identity(&id("a")), identity(&id("b")));
+    let open = SocketAddr::from(([0, 0, 0, 0], 0));
+    let refused = start(config(&id("b"), &b_id, Some(open))).await;
+    assert!(
+        matches!(refused, Err(crate::StartError::PlaintextRemote(_))),
+        "{:?}",
+        refused.err()
+    );
+    let remote = config(&id("a"), &a_id, None)
+        .with_peer(b_id.pin(id("b")), Some("ws://192.0.2.7:7501/".into()));
+    assert!(matches!(
+        start(remote.clone()).await,
+        Err(crate::StartError::PlaintextRemote(_))
+    ));
+    let mut allowed = remote;
+    allowed.allow_plaintext_remote = true;
+    assert!(start(allowed).await.is_ok());
+    let local = config(&id("a"), &a_id, None)
+        .with_peer(b_id.pin(id("b")), Some("ws://localhost:7501/".into()));
+    assert!(start(local).await.is_ok());
+    let mut listen = config(&id("b"), &b_id, Some(open));
+    listen.allow_plaintext_remote = true;
+    assert!(start(listen).await.is_ok());
+}
