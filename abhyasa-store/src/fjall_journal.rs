@@ -47,9 +47,8 @@ enum Entry {
 /// Reads the entry at `at`: its kind, and where the next one starts.
 fn entry(b: &[u8], at: usize) -> Option<(Entry, usize)> {
     let tag = *b.get(at)?;
-    let u32_at = |o: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
-    };
+    let u32_at =
+        |o: usize| -> Option<u32> { Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?)) };
     match tag {
         START => {
             let items = u32_at(at + 1)?;
@@ -274,7 +273,10 @@ mod tests {
         let mut zeroed = b.clone();
         zeroed[starts[2]..starts[2] + 30].fill(0);
         let e = check_bytes("0.jnl", &zeroed).unwrap_err();
-        assert!(e.to_string().contains(&format!("byte {}", starts[2])), "{e}");
+        assert!(
+            e.to_string().contains(&format!("byte {}", starts[2])),
+            "{e}"
+        );
         // A length flipped in the middle.
         let mut flipped = b.clone();
         flipped[starts[1] + 13 + 11] ^= 0x40;

@@ -228,7 +228,10 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
                     out.push((KvTable(Table::Effects), w.key.as_bytes().to_vec()));
                 }
                 if let Some((key, _)) = &l.key_sequence {
-                    out.push((KvTable(Table::KeySequences), key.as_str().as_bytes().to_vec()));
+                    out.push((
+                        KvTable(Table::KeySequences),
+                        key.as_str().as_bytes().to_vec(),
+                    ));
                 }
             }
             Record::Intent(i) => {

@@ -352,6 +352,18 @@ enum Outcome {
     Aborted(String),
 }
 
+impl Outcome {
+    fn text(&self) -> String {
+        match self {
+            Outcome::Intact => "intact".into(),
+            Outcome::Refused(e) => format!("refused: {e}"),
+            Outcome::Silent(d) => format!("silently different: {d}"),
+            Outcome::Panicked(p) => format!("panicked: {p}"),
+            Outcome::Aborted(a) => format!("aborted: {a}"),
+        }
+    }
+}
+
 /// What differs between two loads, as lines naming each row.
 fn diff(want: &DurableState, got: &DurableState) -> Vec<String> {
     let mut out = Vec::new();
@@ -553,7 +565,10 @@ fn damage_suite(kind: Kind) -> Vec<String> {
         let file_len = bytes.len() as u64;
         // The written part: faults go there (a 64 MiB preallocated fjall
         // journal is mostly zeros).
-        let len = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p as u64 + 1);
+        let len = bytes
+            .iter()
+            .rposition(|&b| b != 0)
+            .map_or(0, |p| p as u64 + 1);
         let len = if len == 0 { file_len } else { len };
         for fault in faults_for(file_len, len, multi_file, &mut rng, sweep) {
             cases += 1;
@@ -588,8 +603,9 @@ fn damage_suite(kind: Kind) -> Vec<String> {
             }
             if slot == 6 || slot == 7 {
                 bad.push(format!(
-                    "{kind:?} {} {fault:?} (seed {seed}): {outcome:?}",
-                    rel.display()
+                    "{kind:?} {} {fault:?} (seed {seed}): {}",
+                    rel.display(),
+                    outcome.text()
                 ));
             }
         }

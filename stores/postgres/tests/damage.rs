@@ -13,7 +13,9 @@ mod cluster;
 #[path = "../../../abhyasa-store/tests/common/mod.rs"]
 mod common;
 
-use abhyasa_core::custody::{Custodian, EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, Record};
+use abhyasa_core::custody::{
+    Custodian, EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, Record,
+};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::{Store, StoreError};
 use abhyasa_core::{GovernedKey, Sequence};
@@ -36,7 +38,10 @@ fn ledger(i: usize) -> Record {
             key: counter_key(ob.id()),
             value: EffectValue::Json(serde_json::json!(i)),
         }],
-        key_sequence: Some((GovernedKey::new(format!("in-key-{i}")).unwrap(), Sequence(1))),
+        key_sequence: Some((
+            GovernedKey::new(format!("in-key-{i}")).unwrap(),
+            Sequence(1),
+        )),
         recorded_at: EPOCH,
         deadline_at: ob.deadline_at(),
         obligation: None,
@@ -78,7 +83,11 @@ fn reopen(name: &str, partition: &str) -> Result<(), StoreError> {
 
 fn assert_refused(name: &str, partition: &str, table: &str) {
     match reopen(name, partition) {
-        Err(StoreError::Corrupt { table: t, key, detail }) => {
+        Err(StoreError::Corrupt {
+            table: t,
+            key,
+            detail,
+        }) => {
             assert_eq!(t, table, "{key}: {detail}");
         }
         other => panic!("damage in {table} not refused: {other:?}"),
@@ -91,7 +100,7 @@ fn flip(partition: &str, tbl: &str, byte: i32) {
         .execute(
             "UPDATE abhyasa_rows SET value = set_byte(value, $3, get_byte(value, $3) # 4)
              WHERE partition = $1 AND tbl = $2
-               AND key = (SELECT min(key) FROM abhyasa_rows WHERE partition = $1 AND tbl = $2)",
+               AND key = (SELECT key FROM abhyasa_rows WHERE partition = $1 AND tbl = $2 ORDER BY key LIMIT 1)",
             &[&partition, &tbl, &byte],
         )
         .unwrap();
@@ -102,7 +111,7 @@ fn delete_one(partition: &str, tbl: &str) {
     let n = sql()
         .execute(
             "DELETE FROM abhyasa_rows WHERE partition = $1 AND tbl = $2
-               AND key = (SELECT max(key) FROM abhyasa_rows WHERE partition = $1 AND tbl = $2)",
+               AND key = (SELECT key FROM abhyasa_rows WHERE partition = $1 AND tbl = $2 ORDER BY key DESC LIMIT 1)",
             &[&partition, &tbl],
         )
         .unwrap();

@@ -228,6 +228,7 @@ fn damaged_spool_is_reported_never_delivered_c_sd_2() {
     let mut rng = Rng(seed);
     let mut tally: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
     let mut bad = Vec::new();
+    let verbose = std::env::var("ABHYASA_DAMAGE_VERBOSE").is_ok();
     for fault in faults(len, &mut rng, sweep) {
         let path = dir.path().join("damaged.redb");
         std::fs::copy(&golden, &path).unwrap();
@@ -235,8 +236,18 @@ fn damaged_spool_is_reported_never_delivered_c_sd_2() {
         let out = reopen(&path, &sent);
         let slot = match &out {
             Outcome::Intact => 0,
-            Outcome::Reported(_) => 1,
-            Outcome::Refused(_) => 2,
+            Outcome::Reported(n) => {
+                if verbose {
+                    eprintln!("{fault:?}: {n} frames reported damaged");
+                }
+                1
+            }
+            Outcome::Refused(e) => {
+                if verbose {
+                    eprintln!("{fault:?}: refused: {e}");
+                }
+                2
+            }
             Outcome::Wrong(w) => {
                 bad.push(format!("{fault:?} (seed {seed}): {w}"));
                 3
