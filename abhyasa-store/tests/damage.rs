@@ -454,8 +454,7 @@ fn reopen_in_child(kind: Kind, path: &Path, reference: &Path) -> Outcome {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let last = stderr
             .lines()
-            .filter(|l| l.contains("panicked") || l.contains("abort"))
-            .last()
+            .rfind(|l| l.contains("panicked") || l.contains("abort"))
             .unwrap_or("");
         if std::env::var("ABHYASA_DAMAGE_VERBOSE").is_ok() {
             eprintln!("child: {}\n{stdout}\n{stderr}", out.status);
