@@ -92,6 +92,11 @@ impl Witness {
         self.digest ^= row_hash(t, k, v);
     }
 
+    /// The rows counted.
+    pub(crate) fn rows(self) -> u64 {
+        self.rows
+    }
+
     fn encode(self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.rows.to_be_bytes());

@@ -654,3 +654,48 @@ fn fjall_damage_is_refused_never_silent_c_sd_2() {
 fn sled_damage_is_refused_never_silent_c_sd_2() {
     assert_no_silent_loss(Kind::Sled);
 }
+
+// C-SD-4: a pending row deleted behind the store's back (the engine's
+// checks cannot see a row that is simply gone) fails the load by its
+// witness; `Repair::check` names the obligation from the event log;
+// `quarantine` records the loss and the store opens on the rest.
+#[test]
+fn a_vanished_pending_row_is_named_and_its_loss_recorded_c_sd_4() {
+    let (_dir, path, want) = golden(Kind::Redb);
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let def: redb::TableDefinition<&[u8], &[u8]> =
+            redb::TableDefinition::new("custody_pending");
+        let w = db.begin_write().unwrap();
+        let _ = w.open_table(def).unwrap().remove(&b"rv-0042"[..]).unwrap();
+        w.commit().unwrap();
+    }
+    let opts = abhyasa_store::StoreOptions::default();
+    match open_disk(Kind::Redb, &path).unwrap().load() {
+        Err(StoreError::Corrupt { table, key, detail }) => {
+            assert_eq!((table, key.as_str()), ("custody_pending", "(row witness)"));
+            assert!(detail.contains("1 rows are missing"), "{detail}");
+        }
+        other => panic!("a vanished pending row loaded: {:?}", other.map(|_| ())),
+    }
+    let mut repair = abhyasa_store::StoreKind::Redb
+        .open_for_repair(&path, &opts)
+        .unwrap();
+    let bad = repair.check().unwrap();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].detail.contains("rv-0042"), "{:?}", bad[0]);
+    let moved = repair.quarantine(EPOCH).unwrap();
+    assert_eq!(moved.len(), 1);
+    assert!(repair.check().unwrap().is_empty());
+    drop(repair);
+    let got = open_disk(Kind::Redb, &path).unwrap().load().unwrap();
+    assert_eq!(
+        got.custodian.pending.len(),
+        want.custodian.pending.len() - 1
+    );
+    assert!(!got
+        .custodian
+        .pending
+        .keys()
+        .any(|k| k.as_str() == "rv-0042"));
+}
