@@ -109,9 +109,10 @@ impl Table {
 }
 
 /// The on-disk layout version of the embedded stores. Version 2 added the
-/// `index` table and the counters in `meta` (issue 11 §5); a version-1
-/// database is migrated on open by deriving them from its records.
-pub const FORMAT_VERSION: u32 = 2;
+/// `index` table and the counters in `meta`; version 3 the row witnesses
+/// (`crate::witness`). An older database is migrated on open by deriving
+/// them from its records.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Meta key of the format version (`u32`, big-endian).
 pub(crate) const META_FORMAT: &[u8] = b"format_version";
@@ -252,6 +253,9 @@ pub(crate) fn check_format(v: &dyn View) -> Result<Format, StoreError> {
 
 /// Writes the format version of a new database.
 pub(crate) fn init_format(txn: &mut dyn Txn) -> Result<(), StoreError> {
+    for t in crate::witness::WITNESSED {
+        crate::witness::write(txn, t, crate::witness::Witness::default())?;
+    }
     txn.put(Table::Meta, META_FORMAT, &FORMAT_VERSION.to_be_bytes())
 }
 
@@ -294,6 +298,31 @@ impl Setup {
 /// written first to set it up, if anything. Fails as [`check_format`]
 /// does.
 pub(crate) fn setup(v: &dyn View) -> Result<(u32, Option<Setup>), StoreError> {
+    setup_existing(v, None)
+}
+
+/// [`setup`] of a database whose files were there before this open
+/// (`existed`: where, for the error). Every database is created with its
+/// format version in a transaction of its own, so one that existed and
+/// reads as new lost everything it held (an emptied or recreated file, a
+/// missing one the engine made again): [`StoreError::Corrupt`], never a
+/// new, empty store under a node that acknowledged custody.
+pub(crate) fn setup_existing(
+    v: &dyn View,
+    existed: Option<&std::path::Path>,
+) -> Result<(u32, Option<Setup>), StoreError> {
+    if let (Some(path), Format::Fresh) = (existed, check_format(v)?) {
+        return Err(corrupt(
+            "meta",
+            META_FORMAT,
+            format!(
+                "missing from the existing database {}: it reads as empty, so its files \
+                 were lost or emptied (restore them; a new store is created only where \
+                 none exists)",
+                path.display()
+            ),
+        ));
+    }
     Ok(match check_format(v)? {
         Format::Known(found) if needs_rebuild(v, found)? => (
             FORMAT_VERSION,
@@ -316,7 +345,7 @@ pub(crate) fn finish_rebuild(
     } else {
         txn.del(Table::Meta, META_INDEX_STALE)?;
     }
-    init_format(txn)
+    txn.put(Table::Meta, META_FORMAT, &FORMAT_VERSION.to_be_bytes())
 }
 
 /// Makes the next event id at least `past` (after a repair dropped the
@@ -776,7 +805,15 @@ pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
             // The log is read by `events`, not folded into the state.
             continue;
         }
+        // Every row read is counted against the table's witness: a row the
+        // engine no longer finds fails the load as surely as one that does
+        // not decode.
+        let mut found = crate::witness::Witness::default();
+        let witnessed = crate::witness::witnessed(t);
         v.scan(t, &[], &mut |k, b| {
+            if witnessed {
+                found.add(t, k, b);
+            }
             match decode_row(t, k, b, &mut seen)? {
                 Row::Pending(p) => {
                     c.pending.insert(p.obligation.id().clone(), p);
@@ -804,6 +841,9 @@ pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
             }
             Ok(true)
         })?;
+        if witnessed {
+            crate::witness::verify(v, t, found)?;
+        }
     }
     Ok(DurableState {
         custodian: c,
@@ -847,21 +887,88 @@ pub struct QuarantinedRow {
 pub(crate) fn check(v: &dyn View) -> Result<Vec<CorruptRow>, StoreError> {
     let mut bad = Vec::new();
     for t in Table::DATA {
+        // The witness is checked against the rows that decode: an
+        // undecodable one is named on its own (planted from outside, it
+        // never was in the witness; damaged, its old bytes are unknown).
+        let mut found = crate::witness::Witness::default();
+        let mut undecodable = 0u64;
         v.scan(t, &[], &mut |k, b| {
             match decode_row(t, k, b, &mut Shared::none()) {
-                Ok(_) => {}
-                Err(StoreError::Corrupt { table, key, detail }) => bad.push(CorruptRow {
-                    table,
-                    key,
-                    detail,
-                    raw_key: k.to_vec(),
-                }),
+                Ok(_) => found.add(t, k, b),
+                Err(StoreError::Corrupt { table, key, detail }) => {
+                    undecodable += 1;
+                    bad.push(CorruptRow {
+                        table,
+                        key,
+                        detail,
+                        raw_key: k.to_vec(),
+                    })
+                }
                 Err(other) => return Err(other),
             }
             Ok(true)
         })?;
+        if !crate::witness::witnessed(t) {
+            continue;
+        }
+        let stored = crate::witness::read(v, t)?;
+        if undecodable > 0 && stored.is_some_and(|w| w.rows() == found.rows() + undecodable) {
+            // Every row the witness misses is one named above.
+            continue;
+        }
+        if let Some(mut detail) = crate::witness::mismatch(t, stored, found) {
+            if t == Table::Pending {
+                let gone = missing_custody(v)?;
+                if !gone.is_empty() {
+                    detail.push_str(&format!(
+                        "; opened in the event log and neither pending nor closed: {}",
+                        gone.join(", ")
+                    ));
+                }
+            }
+            bad.push(CorruptRow {
+                table: t.name(),
+                key: crate::witness::WITNESS_LABEL.to_string(),
+                detail,
+                raw_key: crate::witness::meta_key(t),
+            });
+        }
     }
     Ok(bad)
+}
+
+/// The obligations whose custody the event log opened and never closed
+/// but that have no pending row: custody a damaged store lost, named
+/// while the events that opened it are inside the retention window.
+fn missing_custody(v: &dyn View) -> Result<Vec<String>, StoreError> {
+    let mut open = std::collections::BTreeSet::new();
+    v.scan(Table::Events, &[], &mut |k, b| {
+        // An event row that does not decode is reported on its own.
+        let Ok(row) = EventRow::decode(k, b) else {
+            return Ok(true);
+        };
+        for e in row.events {
+            match e {
+                LogEvent::CustodyOpened { obligation_id, .. } => {
+                    open.insert(obligation_id);
+                }
+                LogEvent::CustodyClosed { obligation_id, .. } => {
+                    open.remove(&obligation_id);
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
+    })?;
+    let mut gone = Vec::new();
+    for id in open {
+        if v.get(Table::Pending, id.as_str().as_bytes())?.is_none()
+            && v.get(Table::Terminal, id.as_str().as_bytes())?.is_none()
+        {
+            gone.push(id.as_str().to_string());
+        }
+    }
+    Ok(gone)
 }
 
 /// Moves the `bad` rows (from [`check`]) into the quarantine table, their
@@ -873,6 +980,25 @@ pub(crate) fn quarantine(
 ) -> Result<Vec<QuarantinedRow>, StoreError> {
     let mut out = Vec::with_capacity(bad.len());
     for row in bad {
+        if row.key == crate::witness::WITNESS_LABEL {
+            // Rows the witness says are gone cannot be moved: the stored
+            // witness is kept here, with what is missing, and the rebuild
+            // that follows vouches for the rows as they are.
+            let value = txn.get(Table::Meta, &row.raw_key)?.unwrap_or_default();
+            let q = QuarantinedRow {
+                table: row.table.to_string(),
+                key: row.key.clone(),
+                detail: row.detail.clone(),
+                quarantined_at: now,
+                raw_key: row.raw_key.clone(),
+                raw_value: value,
+            };
+            let mut qk = b"meta\0".to_vec();
+            qk.extend_from_slice(&row.raw_key);
+            txn.put(Table::Quarantine, &qk, &to_json("quarantine", &qk, &q)?)?;
+            out.push(q);
+            continue;
+        }
         let t = Table::DATA
             .into_iter()
             .find(|t| t.name() == row.table)

@@ -30,6 +30,7 @@ use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Table, Txn, View, Visit};
+use crate::guard::guarded;
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -117,20 +118,24 @@ struct FjallView<'a>(&'a [Keyspace]);
 
 impl View for FjallView<'_> {
     fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0[t.index()]
-            .get(k)
-            .map_err(|e| backend("read", e))?
-            .map(|v| v.to_vec()))
+        guarded(BACKEND, "read", || {
+            Ok(self.0[t.index()]
+                .get(k)
+                .map_err(|e| backend("read", e))?
+                .map(|v| v.to_vec()))
+        })
     }
 
     fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
-        for item in self.0[t.index()].range(from..) {
-            let (k, v) = item.into_inner().map_err(|e| backend("scan", e))?;
-            if !f(&k, &v)? {
-                break;
+        guarded(BACKEND, "scan", || {
+            for item in self.0[t.index()].range(from..) {
+                let (k, v) = item.into_inner().map_err(|e| backend("scan", e))?;
+                if !f(&k, &v)? {
+                    break;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -152,13 +157,33 @@ impl FjallStore {
             // to finish one a power cut interrupted ("File exists"): build
             // it whole under a temporary name first. C-ST-1.
             crate::create_then_rename(&path, |tmp| {
-                Self::open_existing(tmp.to_path_buf(), options).map(drop)
+                Self::open_existing(tmp.to_path_buf(), options, false).map(drop)
             })?;
         }
-        Self::open_existing(path, options)
+        // fjall truncates a journal at damage it cannot decode and drops
+        // what follows: damage is refused before fjall sees it.
+        crate::fjall_journal::check(&path)?;
+        Self::open_existing(path, options, true)
     }
 
-    fn open_existing(path: PathBuf, options: &StoreOptions) -> Result<Self, StoreError> {
+    /// `existed`: the directory was there before this open, so it must
+    /// hold a format version (`engine::setup_existing`).
+    fn open_existing(
+        path: PathBuf,
+        options: &StoreOptions,
+        existed: bool,
+    ) -> Result<Self, StoreError> {
+        guarded(BACKEND, "open", || {
+            Self::open_guarded(path, options, existed)
+        })
+    }
+
+    fn open_guarded(
+        path: PathBuf,
+        options: &StoreOptions,
+        existed: bool,
+    ) -> Result<Self, StoreError> {
+        let existing = existed.then(|| path.clone());
         let db = Database::builder(&path)
             .cache_size(options.cache_bytes)
             .max_journaling_size(JOURNAL_BYTES)
@@ -192,7 +217,8 @@ impl FjallStore {
             path,
             format: 0,
         };
-        let (format, setup) = engine::setup(&FjallView(&s.keyspaces))?;
+        let (format, setup) =
+            engine::setup_existing(&FjallView(&s.keyspaces), existing.as_deref())?;
         if let Some(w) = setup {
             s.transact(w.op(), |t| w.write(t))?;
         }
@@ -218,24 +244,26 @@ impl FjallStore {
         op: &'static str,
         f: impl FnOnce(&mut FjallTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut t = FjallTxn {
-            keyspaces: &self.keyspaces,
-            writes: Table::ALL.iter().map(|_| Default::default()).collect(),
-        };
-        let out = f(&mut t)?;
-        let writes = t.writes;
-        // An empty batch commits nothing: fjall neither writes nor syncs it.
-        let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
-        for (ks, rows) in self.keyspaces.iter().zip(writes) {
-            for (k, v) in rows {
-                match v {
-                    Some(v) => batch.insert(ks, k, v),
-                    None => batch.remove(ks, k),
+        guarded(BACKEND, op, || {
+            let mut t = FjallTxn {
+                keyspaces: &self.keyspaces,
+                writes: Table::ALL.iter().map(|_| Default::default()).collect(),
+            };
+            let out = f(&mut t)?;
+            let writes = t.writes;
+            // An empty batch commits nothing: fjall neither writes nor syncs it.
+            let mut batch = self.db.batch().durability(Some(PersistMode::SyncData));
+            for (ks, rows) in self.keyspaces.iter().zip(writes) {
+                for (k, v) in rows {
+                    match v {
+                        Some(v) => batch.insert(ks, k, v),
+                        None => batch.remove(ks, k),
+                    }
                 }
             }
-        }
-        batch.commit().map_err(|e| backend(op, e))?;
-        Ok(out)
+            batch.commit().map_err(|e| backend(op, e))?;
+            Ok(out)
+        })
     }
 }
 

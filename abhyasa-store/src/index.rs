@@ -268,6 +268,7 @@ fn derive_ledger_facts(k: &[u8], facts: Option<Facts>, intent: bool) -> Derived 
 pub(crate) struct Indexed<'a> {
     inner: &'a mut dyn Txn,
     deltas: [i64; 5],
+    witness: crate::witness::Moves,
 }
 
 impl<'a> Indexed<'a> {
@@ -275,6 +276,7 @@ impl<'a> Indexed<'a> {
         Self {
             inner,
             deltas: [0; 5],
+            witness: crate::witness::Moves::default(),
         }
     }
 
@@ -330,6 +332,7 @@ impl<'a> Indexed<'a> {
 
     /// Writes the counters moved by this transaction.
     pub(crate) fn finish(self) -> Result<(), StoreError> {
+        self.witness.finish(self.inner)?;
         for c in Counter::ALL {
             let delta = self.deltas[c as usize];
             if delta == 0 {
@@ -384,8 +387,17 @@ impl Txn for Indexed<'_> {
 
     fn put(&mut self, t: Table, k: &[u8], v: &[u8]) -> Result<(), StoreError> {
         if !derives(t) {
-            // The log, effects, key sequences, the index itself: no old
-            // row to read (a read is a round trip on a server-backed store).
+            if crate::witness::witnessed(t) {
+                // Effects and key sequences: no index, but a witness,
+                // which the old row moves (a server-backed store fetched
+                // it with the commit's other reads, `kv::read_set`).
+                let old = self.inner.get(t, k)?;
+                self.inner.put(t, k, v)?;
+                self.witness.row(t, k, old.as_deref(), Some(v));
+                return Ok(());
+            }
+            // The log, the index itself: no old row to read (a read is a
+            // round trip on a server-backed store).
             return self.inner.put(t, k, v);
         }
         let old = self.inner.get(t, k)?;
@@ -400,7 +412,9 @@ impl Txn for Indexed<'_> {
         v: &[u8],
     ) -> Result<(), StoreError> {
         if !derives(t) {
-            return self.inner.put(t, k, v);
+            self.inner.put(t, k, v)?;
+            self.witness.row(t, k, old, Some(v));
+            return Ok(());
         }
         if let Some(facts) = Facts::read(t, k, v)? {
             // Pending, terminal and ledger rows: one path, whether the
@@ -418,6 +432,7 @@ impl Txn for Indexed<'_> {
         let before = self.entity(t, k, old)?.unwrap_or_default();
         let after = self.entity(t, k, Some(v))?.unwrap_or_default();
         self.inner.put(t, k, v)?;
+        self.witness.row(t, k, old, Some(v));
         self.moved(before, after)
     }
 
@@ -466,6 +481,7 @@ impl Txn for Indexed<'_> {
             _ => return self.put_over(t, k, old, v),
         };
         self.inner.put(t, k, v)?;
+        self.witness.row(t, k, old, Some(v));
         self.moved(before, after)
     }
 
@@ -486,6 +502,8 @@ impl Txn for Indexed<'_> {
         if !self.inner.del_found(T, k)? {
             return Ok(false);
         }
+        // A pending row's value is not part of its witness.
+        self.witness.row(T, k, Some(&[]), None);
         // A pending row is indexed under its deadline only while deferred.
         let deferred = self
             .inner
@@ -506,13 +524,25 @@ impl Txn for Indexed<'_> {
 
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError> {
         if !derives(t) {
+            if crate::witness::witnessed(t) {
+                if let Some(old) = self.inner.get(t, k)? {
+                    self.inner.del(t, k)?;
+                    self.witness.row(t, k, Some(&old), None);
+                }
+                return Ok(());
+            }
             return self.inner.del(t, k);
         }
         let old = if t == Table::Intents {
             // An intent's index entries depend on whether it is there,
             // not on its bytes (a whole obligation, which the log store
-            // would read back from disk): `entity` never looks at them.
-            self.inner.contains(t, k)?.then(Vec::new)
+            // would read back from disk); its witness does, so one that
+            // is there is read.
+            if self.inner.contains(t, k)? {
+                self.inner.get(t, k)?
+            } else {
+                None
+            }
         } else {
             self.inner.get(t, k)?
         };
@@ -521,6 +551,7 @@ impl Txn for Indexed<'_> {
         };
         let before = self.entity(t, k, Some(&old))?;
         self.inner.del(t, k)?;
+        self.witness.row(t, k, Some(&old), None);
         if let Some(before) = before {
             let after = self.entity(t, k, None)?.unwrap_or_default();
             self.moved(before, after)?;
@@ -535,6 +566,7 @@ pub(crate) struct Rebuild {
     stale: Deletions,
     keys: Vec<Vec<u8>>,
     counts: [u64; 5],
+    witnesses: Vec<(Table, crate::witness::Witness)>,
     /// Rows that did not decode were left out: the indexes stay marked
     /// stale, so the open after their quarantine derives them again.
     pub(crate) skipped: bool,
@@ -563,8 +595,19 @@ pub(crate) fn plan_rebuild(v: &dyn View) -> Result<Rebuild, StoreError> {
         stale: Vec::new(),
         keys: Vec::new(),
         counts: [0; 5],
+        witnesses: Vec::new(),
         skipped: false,
     };
+    // The witnesses of the rows as they are now: a rebuild (after an
+    // explicit quarantine, or a migration) vouches for what is there.
+    for t in crate::witness::WITNESSED {
+        let mut w = crate::witness::Witness::default();
+        v.scan(t, &[], &mut |k, b| {
+            w.add(t, k, b);
+            Ok(true)
+        })?;
+        out.witnesses.push((t, w));
+    }
     v.scan(Table::Index, &[], &mut |k, _| {
         out.stale.push((Table::Index, k.to_vec()));
         Ok(true)
@@ -618,6 +661,9 @@ pub(crate) fn write_rebuild(txn: &mut dyn Txn, r: &Rebuild) -> Result<(), StoreE
     }
     for c in Counter::ALL {
         txn.put(Table::Meta, c.key(), &u64_key(r.counts[c as usize]))?;
+    }
+    for (t, w) in &r.witnesses {
+        crate::witness::write(txn, *t, *w)?;
     }
     Ok(())
 }

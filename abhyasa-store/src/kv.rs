@@ -124,6 +124,22 @@ pub fn init_format(txn: &mut dyn KvTxn) -> Result<(), StoreError> {
     engine::init_format(&mut TxnOf(txn))
 }
 
+/// What migrating a database of an older format writes: its indexes,
+/// counters and row witnesses derived from its records
+/// ([`plan_migration`], then [`migrate`] in one transaction).
+pub struct Migration(crate::index::Rebuild);
+
+/// Reads what migrating the database in `view` to [`crate::FORMAT_VERSION`]
+/// writes (a full scan).
+pub fn plan_migration(view: &dyn KvView) -> Result<Migration, StoreError> {
+    crate::index::plan_rebuild(&ViewOf(view)).map(Migration)
+}
+
+/// Writes a planned migration and the current format version.
+pub fn migrate(txn: &mut dyn KvTxn, plan: &Migration) -> Result<(), StoreError> {
+    engine::finish_rebuild(&mut TxnOf(txn), &plan.0)
+}
+
 /// Applies `batches` inside `txn` under the store contract and appends
 /// their log events. Commit the transaction durably only if it returns `Ok`.
 pub fn commit(
@@ -141,6 +157,12 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
     let mut out = vec![(KvTable(Table::Meta), b"next_event".to_vec())];
     // The index counters the commit moves (issue 11 §5).
     out.extend(crate::index::counter_keys().map(|k| (KvTable(Table::Meta), k.to_vec())));
+    // The row witnesses a commit may move.
+    out.extend(
+        crate::witness::WITNESSED
+            .into_iter()
+            .map(|t| (KvTable(Table::Meta), crate::witness::meta_key(t))),
+    );
     let principal = |out: &mut Vec<(KvTable, Vec<u8>)>, writes: &[PrincipalWrite]| {
         for w in writes {
             out.push((KvTable(Table::Principal), engine::principal_write_key(w)));
@@ -201,6 +223,16 @@ pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
                 let k = pair_key(&l.custodian, &l.obligation_id);
                 out.push((KvTable(Table::Intents), k.clone()));
                 out.push((KvTable(Table::Ledger), k));
+                // The rows an applied entry writes move their witnesses.
+                for w in &l.effect {
+                    out.push((KvTable(Table::Effects), w.key.as_bytes().to_vec()));
+                }
+                if let Some((key, _)) = &l.key_sequence {
+                    out.push((
+                        KvTable(Table::KeySequences),
+                        key.as_str().as_bytes().to_vec(),
+                    ));
+                }
             }
             Record::Intent(i) => {
                 let k = pair_key(&i.custodian, i.obligation.id());

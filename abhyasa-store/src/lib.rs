@@ -108,7 +108,9 @@ macro_rules! repair_reads_through_view {
 
 mod codec;
 mod engine;
+mod fjall_journal;
 mod fjall_store;
+mod guard;
 mod index;
 pub mod kv;
 mod log_record;
@@ -116,6 +118,7 @@ mod log_store;
 mod reads;
 mod redb_store;
 mod sled_store;
+mod witness;
 
 use std::fmt;
 use std::path::Path;

@@ -12,6 +12,7 @@ use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Table, Txn, View, Visit};
+use crate::guard::guarded;
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -109,28 +110,32 @@ struct RedbView(redb::ReadTransaction);
 
 impl View for RedbView {
     fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let table = self
-            .0
-            .open_table(def(t))
-            .map_err(|e| backend("open table", e))?;
-        Ok(table
-            .get(k)
-            .map_err(|e| backend("read", e))?
-            .map(|v| v.value().to_vec()))
+        guarded(BACKEND, "read", || {
+            let table = self
+                .0
+                .open_table(def(t))
+                .map_err(|e| backend("open table", e))?;
+            Ok(table
+                .get(k)
+                .map_err(|e| backend("read", e))?
+                .map(|v| v.value().to_vec()))
+        })
     }
 
     fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
-        let table = self
-            .0
-            .open_table(def(t))
-            .map_err(|e| backend("open table", e))?;
-        for item in table.range(from..).map_err(|e| backend("scan", e))? {
-            let (k, v) = item.map_err(|e| backend("scan", e))?;
-            if !f(k.value(), v.value())? {
-                break;
+        guarded(BACKEND, "scan", || {
+            let table = self
+                .0
+                .open_table(def(t))
+                .map_err(|e| backend("open table", e))?;
+            for item in table.range(from..).map_err(|e| backend("scan", e))? {
+                let (k, v) = item.map_err(|e| backend("scan", e))?;
+                if !f(k.value(), v.value())? {
+                    break;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -147,10 +152,26 @@ impl RedbStore {
         if !path.exists() {
             Self::create_new(&path, options)?;
         }
-        let db = builder(options)
-            .create(&path)
-            .map_err(|e| backend("open", e))?;
-        Self::finish_open(db, path)
+        // A database is created whole under another name and renamed into
+        // place (`create_new`), so an empty file here is one that lost its
+        // contents: refused before redb would make it a new database.
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            return Err(StoreError::Corrupt {
+                table: "meta",
+                key: "format_version".into(),
+                detail: format!(
+                    "the database file {} is empty: its contents were lost (restore it; a \
+                     new store is created only where none exists)",
+                    path.display()
+                ),
+            });
+        }
+        guarded(BACKEND, "open", || {
+            let db = builder(options)
+                .create(&path)
+                .map_err(|e| backend("open", e))?;
+            Self::finish_open(db, path, true)
+        })
     }
 
     /// Creates a new database through [`crate::create_then_rename`]: a
@@ -160,7 +181,7 @@ impl RedbStore {
             let db = builder(options)
                 .create(tmp)
                 .map_err(|e| backend("create", e))?;
-            Self::finish_open(db, tmp.to_path_buf()).map(drop)
+            Self::finish_open(db, tmp.to_path_buf(), false).map(drop)
         })
     }
 
@@ -178,10 +199,13 @@ impl RedbStore {
         let db = builder(options)
             .create_with_backend(storage)
             .map_err(|e| backend("open", e))?;
-        Self::finish_open(db, PathBuf::new())
+        Self::finish_open(db, PathBuf::new(), false)
     }
 
-    fn finish_open(db: redb::Database, path: PathBuf) -> Result<Self, StoreError> {
+    /// `existed`: the file was there before this open, so it must hold a
+    /// format version (`engine::setup_existing`).
+    fn finish_open(db: redb::Database, path: PathBuf, existed: bool) -> Result<Self, StoreError> {
+        let existing = existed.then(|| path.clone());
         let mut s = Self {
             db,
             path,
@@ -194,7 +218,7 @@ impl RedbStore {
             }
             Ok(())
         })?;
-        let (format, setup) = engine::setup(&s.view()?)?;
+        let (format, setup) = engine::setup_existing(&s.view()?, existing.as_deref())?;
         if let Some(w) = setup {
             s.transact(|t| w.write(t))?;
         }
@@ -218,27 +242,29 @@ impl RedbStore {
         &mut self,
         f: impl FnOnce(&mut RedbTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let wtx = self
-            .db
-            .begin_write()
-            .map_err(|e| backend("begin write", e))?;
-        let out = {
-            let mut t = RedbTxn::new(&wtx);
-            f(&mut t)
-        };
-        match out {
-            Ok(v) => {
-                // Durability::Immediate (the default): fsync'd before it returns.
-                wtx.commit().map_err(|e| backend("commit", e))?;
-                Ok(v)
+        guarded(BACKEND, "commit", || {
+            let wtx = self
+                .db
+                .begin_write()
+                .map_err(|e| backend("begin write", e))?;
+            let out = {
+                let mut t = RedbTxn::new(&wtx);
+                f(&mut t)
+            };
+            match out {
+                Ok(v) => {
+                    // Durability::Immediate (the default): fsync'd before it returns.
+                    wtx.commit().map_err(|e| backend("commit", e))?;
+                    Ok(v)
+                }
+                Err(e) => {
+                    // The caller needs the reason the commit was refused; the
+                    // transaction is discarded whether or not abort succeeds.
+                    let _ = wtx.abort();
+                    Err(e)
+                }
             }
-            Err(e) => {
-                // The caller needs the reason the commit was refused; the
-                // transaction is discarded whether or not abort succeeds.
-                let _ = wtx.abort();
-                Err(e)
-            }
-        }
+        })
     }
 }
 

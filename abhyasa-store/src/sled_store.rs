@@ -30,6 +30,7 @@ use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
 use crate::engine::{self, Table, Txn, View, Visit};
+use crate::guard::guarded;
 use crate::index;
 use crate::{QuarantinedRow, Repair, StoreOptions};
 
@@ -111,20 +112,24 @@ struct SledView<'a>(&'a [sled::Tree]);
 
 impl View for SledView<'_> {
     fn get(&self, t: Table, k: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0[t.index()]
-            .get(k)
-            .map_err(|e| backend("read", e))?
-            .map(|v| v.to_vec()))
+        guarded(BACKEND, "read", || {
+            Ok(self.0[t.index()]
+                .get(k)
+                .map_err(|e| backend("read", e))?
+                .map(|v| v.to_vec()))
+        })
     }
 
     fn scan(&self, t: Table, from: &[u8], f: &mut Visit<'_>) -> Result<(), StoreError> {
-        for item in self.0[t.index()].range(from..) {
-            let (k, v) = item.map_err(|e| backend("scan", e))?;
-            if !f(&k, &v)? {
-                break;
+        guarded(BACKEND, "scan", || {
+            for item in self.0[t.index()].range(from..) {
+                let (k, v) = item.map_err(|e| backend("scan", e))?;
+                if !f(&k, &v)? {
+                    break;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -167,6 +172,16 @@ impl SledStore {
     /// [`StoreError::NewerFormat`] if it was written by a newer format.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        guarded(BACKEND, "open", || Self::open_guarded(path, options))
+    }
+
+    fn open_guarded(path: PathBuf, options: &StoreOptions) -> Result<Self, StoreError> {
+        // A directory that holds files already is a database that must
+        // hold a format version (`engine::setup_existing`): sled would make
+        // a new, empty one in place of a missing data file.
+        let existing = std::fs::read_dir(&path)
+            .is_ok_and(|mut d| d.next().is_some())
+            .then(|| path.clone());
         let db = open_db(&path, options)?;
         let trees = Table::ALL
             .iter()
@@ -186,7 +201,7 @@ impl SledStore {
             format: 0,
         };
         s.synced_blobs = s.blob_names()?;
-        let (format, setup) = engine::setup(&SledView(&s.trees))?;
+        let (format, setup) = engine::setup_existing(&SledView(&s.trees), existing.as_deref())?;
         if let Some(w) = setup {
             s.transact(w.op(), |t| w.write(t))?;
             s.sync()?;
@@ -260,17 +275,19 @@ impl SledStore {
         op: &'static str,
         f: impl Fn(&mut SledTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let r = self.trees.as_slice().transaction(|trees| {
-            let mut t = SledTxn {
-                trees: trees.as_slice(),
-                conflict: false,
-            };
-            match f(&mut t) {
-                Ok(v) => Ok(v),
-                Err(_) if t.conflict => Err(ConflictableTransactionError::Conflict),
-                Err(e) => Err(ConflictableTransactionError::Abort(e)),
-            }
-        });
+        let r = guarded(BACKEND, op, || {
+            Ok(self.trees.as_slice().transaction(|trees| {
+                let mut t = SledTxn {
+                    trees: trees.as_slice(),
+                    conflict: false,
+                };
+                match f(&mut t) {
+                    Ok(v) => Ok(v),
+                    Err(_) if t.conflict => Err(ConflictableTransactionError::Conflict),
+                    Err(e) => Err(ConflictableTransactionError::Abort(e)),
+                }
+            }))
+        })?;
         match r {
             Ok(v) => Ok(v),
             Err(TransactionError::Abort(e)) => Err(e),

@@ -248,7 +248,31 @@ impl PgStore {
             renewer: None,
         };
         store.format = match store.read(|v| kv::check_format(v))? {
+            Some(v) if v < abhyasa_store::FORMAT_VERSION => {
+                // An older partition: its indexes, counters and row
+                // witnesses derived from its rows, in one transaction.
+                let plan = store.read(|v| kv::plan_migration(v))?;
+                store.write(|t| kv::migrate(t, &plan))?;
+                abhyasa_store::FORMAT_VERSION
+            }
             Some(v) => v,
+            // Every open writes the format version right after it takes
+            // the partition, so a partition taken before (epoch > 1) with
+            // no rows lost them behind the store's back (a TRUNCATE, a
+            // restore of the wrong dump): refused, never a new empty store.
+            None if epoch > 1 => {
+                return Err(StoreError::Corrupt {
+                    table: "meta",
+                    key: "format_version".into(),
+                    detail: format!(
+                        "partition {} was taken {} times before but holds no rows: its rows \
+                         were deleted outside the store (restore them; if the partition never \
+                         held custody, delete its abhyasa_owners row)",
+                        store.partition,
+                        epoch - 1
+                    ),
+                });
+            }
             None => {
                 store.write(|t| kv::init_format(t))?;
                 abhyasa_store::FORMAT_VERSION

@@ -31,4 +31,4 @@ pub use relay::{
     start, start_with, system_clock, Clock, RelayConfig, RelayError, RelayHandle, RelayParts,
 };
 pub use seal::{Opener, SealFailure, Sealer};
-pub use spool::{DestinationStatus, Spool, SpoolError, SpoolLimits, SpoolStatus};
+pub use spool::{DamagedFrame, DestinationStatus, Spool, SpoolError, SpoolLimits, SpoolStatus};
