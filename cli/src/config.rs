@@ -60,16 +60,25 @@
 //! url = "https://192.0.2.8:7443"  # carol's base URL (…/abhyasa/obligations, …/custody_ack)
 //! token = "…"                     # optional: a bearer credential carol may present instead of mTLS
 //! via = "relay-1"                 # optional: also reach carol through this relay peer
+//! kinds = ["anumati.consent"]     # optional: the kinds carol may issue here (default: every kind)
+//! keys = ["anumati.consent/alice/scope:"] # optional: key prefixes carol may govern (default: every key)
 //!
 //! [[peers]]                       # a peer (here a relay) reached over WebSocket
 //! agent = "relay-2"
 //! fingerprint = "5c…"
 //! transport = "ws"                # dial ws://… (this node only dials WebSocket; it listens on QUIC)
 //! url = "ws://192.0.2.9:7501/"
+//! relay = true                    # governs nothing here (default: true when a `via` names it)
 //! ```
 //!
 //! Each `via` names a `[[peers]]` entry reached directly (QUIC or
 //! WebSocket); different peers may name different relays.
+//!
+//! Authority (C-AZ-1): an obligation is applied only from the peer that
+//! issued it, on state held under that peer's own identity; a peer never
+//! governs another's keys. `kinds` and `keys` narrow what a peer may issue
+//! (`keys` are prefixes of the issuer-less key `kind/target/name`); a
+//! relay governs nothing. Anything else is declined `unauthorized`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -221,6 +230,18 @@ pub(crate) struct PeerConfig {
     /// fallback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) via: Option<String>,
+    /// A relay governs nothing in its own name: every obligation it issues
+    /// is declined `unauthorized`. Default: true when another entry names
+    /// this one in `via`, else false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) relay: Option<bool>,
+    /// The kinds this peer may issue here (default: every kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kinds: Option<Vec<String>>,
+    /// Prefixes of the issuer-less governed keys (`kind/target/name`) this
+    /// peer may govern here (default: every key, held under its identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) keys: Option<Vec<String>>,
 }
 
 fn d_listen() -> String {
@@ -284,6 +305,8 @@ pub(crate) struct Peer {
     pub(crate) token: Option<String>,
     /// The relay peer this one is (also) reached through.
     pub(crate) via: Option<AgentId>,
+    /// What this peer may govern here.
+    pub(crate) authority: abhyasa_core::custody::PeerPolicy,
 }
 
 /// The checked `[http]` section.
@@ -578,6 +601,25 @@ impl NodeConfig {
                     "a relay carries QUIC and WebSocket peers, not http ones".into(),
                 ));
             }
+            let kinds = p
+                .kinds
+                .as_ref()
+                .map(|ks| {
+                    ks.iter()
+                        .map(|k| Kind::new(k).map_err(|e| bad(&key("kinds"), e.to_string())))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?;
+            if let Some(empty) = p.keys.iter().flatten().find(|k| k.is_empty()) {
+                return Err(bad(
+                    &key("keys"),
+                    format!("{empty:?}: an empty prefix would match every key; omit keys instead"),
+                ));
+            }
+            let named_as_relay = self
+                .peers
+                .iter()
+                .any(|q| q.via.as_deref() == Some(p.agent.as_str()));
             peers.push(Peer {
                 pin: PeerPin { agent, fingerprint },
                 addr,
@@ -585,6 +627,11 @@ impl NodeConfig {
                 ws_url,
                 token: p.token.clone(),
                 via,
+                authority: abhyasa_core::custody::PeerPolicy {
+                    relay: p.relay.unwrap_or(named_as_relay),
+                    kinds,
+                    keys: p.keys.clone(),
+                },
             });
         }
         let http = match &self.http {
@@ -760,6 +807,11 @@ impl Resolved {
         o.receiver.max_created_at_skew = Duration::from_secs(self.raw.max_created_at_skew_seconds);
         o.receiver.max_deadline = Duration::from_secs(self.raw.max_deadline_seconds);
         o.receiver.ledger_quota = self.raw.ledger_quota;
+        for p in &self.peers {
+            o.receiver
+                .authority
+                .set_peer(p.pin.agent.clone(), p.authority.clone());
+        }
         // Issue 13: revocations carry the advertised custody deadline, so
         // a leased grant whose term is longer draws a lease warning.
         o.revocation_deadline = Some(Duration::from_secs(self.raw.card_deadline_seconds));
@@ -864,6 +916,68 @@ mod tests {
             .resolve(dir)
             .expect_err("bad store");
         assert!(e.contains("`store`"), "{e}");
+    }
+
+    // C-AZ-1: `[[peers]]` authority: a peer another names in `via` is a
+    // relay unless it says `relay = false`; `kinds` and `keys` narrow what
+    // a peer may issue; a bad kind or an empty prefix is refused naming
+    // the field.
+    #[test]
+    fn peer_authority_keys() {
+        let p = Path::new("config.toml");
+        let dir = Path::new("/tmp");
+        let fp = |n: u8| format!("{n:02x}").repeat(32);
+        let load = |extra: &str| {
+            NodeConfig::parse(&format!("agent = \"a\"\n{extra}"), p).and_then(|c| c.resolve(dir))
+        };
+        let cfg = format!(
+            "[[peers]]\nagent = \"relay-1\"\nfingerprint = \"{}\"\naddr = \"127.0.0.1:7500\"\n\
+             [[peers]]\nagent = \"edge\"\nfingerprint = \"{}\"\nvia = \"relay-1\"\n\
+             kinds = [\"anumati.consent\"]\nkeys = [\"anumati.consent/a/scope:mail.\"]\n\
+             [[peers]]\nagent = \"hub\"\nfingerprint = \"{}\"\naddr = \"127.0.0.1:7501\"\nrelay = true\n",
+            fp(1),
+            fp(2),
+            fp(3),
+        );
+        let r = load(&cfg).expect("resolves");
+        let a: Vec<_> = r.peers.iter().map(|p| p.authority.clone()).collect();
+        assert!(a[0].relay, "named in via: a relay by default");
+        assert!(!a[1].relay);
+        assert_eq!(
+            a[1].kinds.as_deref().map(|k| k[0].as_str()),
+            Some("anumati.consent")
+        );
+        assert_eq!(
+            a[1].keys.as_deref(),
+            Some(&["anumati.consent/a/scope:mail.".to_string()][..])
+        );
+        assert!(a[2].relay && a[2].kinds.is_none() && a[2].keys.is_none());
+        let mut o = abhyasa::NodeOptions::new(AgentId::new("a").expect("id"));
+        r.apply_limits(&mut o);
+        assert!(
+            o.receiver
+                .authority
+                .of(&AgentId::new("relay-1").expect("id"))
+                .relay
+        );
+        let not_relay = cfg.replace(
+            "addr = \"127.0.0.1:7500\"\n",
+            "addr = \"127.0.0.1:7500\"\nrelay = false\n",
+        );
+        assert!(!load(&not_relay).expect("resolves").peers[0].authority.relay);
+        for (bad, field) in [
+            (
+                cfg.replace("[\"anumati.consent\"]", "[\" x\"]"),
+                "peers[1].kinds",
+            ),
+            (
+                cfg.replace("[\"anumati.consent/a/scope:mail.\"]", "[\"\"]"),
+                "peers[1].keys",
+            ),
+        ] {
+            let e = load(&bad).expect_err("refused");
+            assert!(e.contains(field), "{field}: {e}");
+        }
     }
 
     // Several relays per node: each `[[peers]]` entry names its own `via`,

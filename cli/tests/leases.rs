@@ -12,13 +12,15 @@ mod process;
 use process::{free_port, init, json, ok, pin, set_config, spawn, wait_for, Children};
 
 const KEY: &str = "anumati.consent/bob/scope:email.read";
+/// The key as bob holds it: under alice, its issuer (C-AZ-2).
+const HELD_KEY: &str = "@alice/anumati.consent/bob/scope:email.read";
 
 fn lease_row(dir: &str) -> Option<Value> {
     let v = json(&["leases", "--dir", dir, "--json"]);
     v["leases"]
         .as_array()?
         .iter()
-        .find(|l| l["key"] == KEY)
+        .find(|l| l["key"] == HELD_KEY)
         .cloned()
 }
 

@@ -1189,22 +1189,27 @@ impl World {
         let registry = abhyasa_core::polarity::PolarityRegistry::standard();
         let alice = agent(ALICE);
         let made = lock(&self.env.made).clone();
+        let made_count = made.len();
         let mut trace = check::Trace::default();
         for ob in made {
             let id = ob.id();
             // Alice holds this very obligation (same digest): an id reused
             // after a store loss names another one, whose records went
             // with the lost store.
+            // An obligation offered without a sequence was sent with the
+            // next one on its key (C-OR-1): same content but for that.
+            let as_sent = |d: abhyasa_core::Digest, seq: Option<abhyasa_core::Sequence>| {
+                d == ob.digest() || (ob.sequence().is_none() && d == ob.with_sequence(seq).digest())
+            };
             let pending = a
                 .custodian
                 .pending
                 .get(id)
-                .is_some_and(|p| p.obligation.digest() == ob.digest());
-            let closed = a
-                .custodian
-                .terminal
-                .get(id)
-                .is_some_and(|t| t.digest == ob.digest());
+                .is_some_and(|p| as_sent(p.obligation.digest(), p.obligation.sequence()));
+            let closed = a.custodian.terminal.get(id).is_some_and(|t| {
+                (1..=made_count as u64 + 1)
+                    .any(|s| as_sent(t.digest, Some(abhyasa_core::Sequence(s))))
+            });
             if !pending && !closed {
                 continue;
             }

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use abhyasa_core::custody::{
-    Applier, EffectValue, Receiver, ReceiverConfig, StandardApplier, Transmit,
+    Applier, AuthorityPolicy, EffectValue, Receiver, ReceiverConfig, StandardApplier, Transmit,
 };
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::principal::Authorization;
@@ -203,6 +203,14 @@ impl GuardReceiver {
         })
     }
 
+    /// Sets what each custodian may govern here (C-AZ-1): the receiver's
+    /// per-peer policy. The default lets each custodian govern only keys
+    /// held under its own identity.
+    pub fn with_authority(mut self, policy: AuthorityPolicy) -> Self {
+        self.receiver.set_authority(policy);
+        self
+    }
+
     /// Replaces the applier (what applying an obligation means here).
     pub fn with_applier(mut self, applier: impl Applier + Send + 'static) -> Self {
         self.applier = Box::new(applier);
@@ -259,12 +267,35 @@ impl GuardReceiver {
         reply.ok_or_else(|| format!("the receiver produced no answer for obligation {id}"))
     }
 
-    /// The authorization the receiver holds on `key` (committed).
+    /// The authorization the receiver holds on `key` (committed). Each
+    /// custodian governs the key under its own identity (C-AZ-2): given the
+    /// issuer-less key, `Withheld` if any custodian withholds it, else
+    /// `Granted` if any grants it; given a key held under one issuer, that
+    /// issuer's.
     pub fn authorization(&self, key: &GovernedKey) -> Option<Authorization> {
-        match self.receiver.effects().get(key.as_str()) {
+        let one = |k: &str| match self.receiver.effects().get(k) {
             Some(EffectValue::Authorization(a)) => Some(*a),
             _ => None,
+        };
+        if key.issuer().is_some() {
+            return one(key.as_str());
         }
+        let mut held = None;
+        for (k, v) in self.receiver.effects() {
+            let EffectValue::Authorization(a) = v else {
+                continue;
+            };
+            let Ok(gk) = GovernedKey::new(k) else {
+                continue;
+            };
+            if gk.issuer().is_some() && gk.unqualified() == key.as_str() {
+                if *a == Authorization::Withheld {
+                    return Some(Authorization::Withheld);
+                }
+                held = Some(*a);
+            }
+        }
+        held
     }
 
     /// Receiver-owned effect state.

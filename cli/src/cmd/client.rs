@@ -123,7 +123,8 @@ pub(crate) struct SendArgs {
     /// Obligation id (default: generated).
     #[arg(long)]
     id: Option<String>,
-    /// Principal sequence number.
+    /// Issuance order on the governed key (default: the node assigns the
+    /// next sequence on the key, one above the newest it issued there).
     #[arg(long)]
     sequence: Option<u64>,
     /// Wait for the terminal outcome.
@@ -259,6 +260,14 @@ pub(crate) fn status(a: StatusArgs) -> Result<(), String> {
             }
         }
         _ => println!("received    -"),
+    }
+    for d in r["declines"].as_array().into_iter().flatten() {
+        println!(
+            "declined    from {}: {} ({})",
+            s(&d[0]),
+            s(&d[1]),
+            d[2].as_str().unwrap_or("-")
+        );
     }
     Ok(())
 }

@@ -13,6 +13,7 @@
 //!   term longer than the revocation deadline, `card_deadline_seconds`).
 
 use abhyasa::Node;
+use abhyasa_core::{AgentId, GovernedKey};
 use serde_json::{json, Value};
 
 use super::client::{call, print_json, ReadArgs};
@@ -25,8 +26,12 @@ pub(crate) async fn answer(node: &Node) -> Result<Value, ControlError> {
         .await?
         .into_iter()
         .map(|l| {
-            // Keys are `<kind>/<target>/<name>` (polarity rules build them).
-            let mut parts = l.key.splitn(3, '/');
+            // Keys are held under their issuer: `@<issuer>/<kind>/<target>/<name>`
+            // (C-AZ-2); polarity rules build the `<kind>/<target>/<name>` part.
+            let held = GovernedKey::new(&l.key).ok();
+            let issuer = held.as_ref().and_then(GovernedKey::issuer);
+            let bare = held.as_ref().map_or(l.key.as_str(), |k| k.unqualified());
+            let mut parts = bare.splitn(3, '/');
             let (kind, target, scope) = (parts.next(), parts.next(), parts.next());
             let state = match l.state {
                 "granted" => "active",
@@ -34,6 +39,7 @@ pub(crate) async fn answer(node: &Node) -> Result<Value, ControlError> {
             };
             json!({
                 "key": l.key,
+                "issuer": issuer.as_ref().map(AgentId::as_str),
                 "kind": kind,
                 "target": target,
                 "scope": scope,

@@ -534,6 +534,9 @@ fn enrol(a: EnrolArgs) -> Result<(), String> {
         url: None,
         token: None,
         via: None,
+        relay: None,
+        kinds: None,
+        keys: None,
     });
     rewrite(&a.dir, &file)?;
     println!("enrolled {agent}; a running relay accepts it within a second");
