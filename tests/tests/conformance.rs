@@ -1118,9 +1118,12 @@ async fn c_ab3_4_same_id_other_digest_is_a_conflict(b: Backend) {
             .map(|l| (l.digest, l.outcome, l.recorded_at))
     };
     let before = entry(&w.bob().durable_state().await.unwrap());
+    // Offered without a sequence, it was sent with the first one on its
+    // key (C-OR-1): bob's ledger holds the digest of what was sent.
+    let sent = first.with_sequence(Some(Sequence(1)));
     assert_eq!(
         before.map(|e| (e.0, e.1)),
-        Some((first.digest(), LedgerOutcome::Applied)),
+        Some((sent.digest(), LedgerOutcome::Applied)),
         "{b:?}"
     );
 
@@ -1218,6 +1221,9 @@ async fn c_ab2_2_backoff_doubles_caps_and_jitters(b: Backend) {
     // attempts 4 on are past the cap, so a missing cap shows.
     assert!(n >= 5, "{b:?}: the schedule reached its cap: {made:?}");
     let reference = w.reference_custodian();
+    // The jitter is drawn over the digest of what was sent: the offer
+    // carried no sequence, so the node gave it the first on its key.
+    let sent = ob.with_sequence(Some(Sequence(1)));
     let eps = Duration::from_micros(2);
     let ms = Duration::from_millis(1);
     let mut jittered = false;
@@ -1243,7 +1249,7 @@ async fn c_ab2_2_backoff_doubles_caps_and_jitters(b: Backend) {
             "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], outside \
              [{nominal:?}, {most:?}] (base doubling to the cap, plus jitter)"
         );
-        let r = reference.interval(&ob, k);
+        let r = reference.interval(&sent, k);
         assert!(
             lo <= r + eps && r <= hi + eps,
             "{b:?}: attempt {k}: the interval lies in [{lo:?}, {hi:?}], not the seeded \
