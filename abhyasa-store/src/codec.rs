@@ -34,7 +34,7 @@ const SHARED_MAX: usize = 4096;
 
 /// The identifiers a load has read so far, so the rows that repeat one
 /// share a single copy: a million pending obligations of a few kinds, to
-/// a few targets, hold a few copies of each, not a million (issue 14's
+/// a few targets, hold a few copies of each, not a million (the
 /// memory per pending obligation). Bounded by [`SHARED_MAX`] per field.
 #[derive(Default)]
 pub(crate) struct Shared {
@@ -118,7 +118,7 @@ pub(crate) fn to_bytes<T: Serialize>(
 
 /// Room for a typical row's fixed fields (a digest, ids, timestamps): the
 /// encoder starts there instead of growing the buffer a few bytes at a
-/// time (issue 14: the reallocations showed in the commit profile).
+/// time (the reallocations showed in the commit profile).
 const ROW_BYTES: usize = 160;
 
 /// Encodes a row with postcard into `buf` (cleared first).
@@ -206,7 +206,7 @@ pub(crate) fn split_pair_key(
 /// An obligation's immutable fields. The strings borrow: from the
 /// obligation when a row is written, from the stored bytes when one is
 /// read (postcard writes `&str` and `String` alike), so neither writing a
-/// row nor checking one copies its payload (issue 14).
+/// row nor checking one copies its payload.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ObligationRow<'a> {
     id: &'a str,
@@ -238,7 +238,7 @@ impl<'a> ObligationRow<'a> {
     /// its canonical payload parses back to the same payload (C-T-5, the
     /// builder refuses a number that would not), so equal fields rebuild
     /// `ob` on load without parsing, canonicalising and hashing it again
-    /// on every commit (issue 14).
+    /// on every commit.
     pub(crate) fn holds(&self, ob: &Obligation) -> bool {
         self.id == ob.id().as_str()
             && self.kind == ob.kind().as_str()
@@ -348,7 +348,7 @@ const RATIONALE_MARK: char = '\0';
 /// [`STANDARD_RATIONALES`], ~100 bytes, in nearly every pending row) as
 /// the mark and its index; other text as it is, with one more mark in
 /// front if it starts with one. Rows written before (the text alone)
-/// read the same way (issue 14: a third of a pending row's bytes).
+/// read the same way (a third of a pending row's bytes).
 fn stored_rationale(r: &str) -> Cow<'_, str> {
     const MARKS: [&str; 3] = ["\u{0}0", "\u{0}1", "\u{0}2"];
     const _: () = assert!(MARKS.len() == STANDARD_RATIONALES.len());
@@ -579,12 +579,12 @@ impl<'a> PendingRow<'a> {
 
     /// Whether this row, stored under `key`, loads as `p` exactly: the
     /// write path's check that a store never commits a row it cannot load
-    /// back as the record it was given (issue 10), made on the row the
+    /// back as the record it was given, made on the row the
     /// stored bytes decode to. Field by field, where a load would build a
     /// record and compare it: every identifier of `p` is already a
     /// validated one, so an equal string loads as an equal identifier.
     /// Agrees with [`PendingRow::read_back`] (a property below holds it
-    /// to it), without allocating (issue 14).
+    /// to it), without allocating.
     pub(crate) fn rebuilds(&self, key: &[u8], p: &PendingRecord) -> bool {
         let ob = &p.obligation;
         self.digest == ob.digest().0
@@ -765,7 +765,7 @@ impl EffectRow {
 
     /// Whether [`EffectRow::build`] gives back `v` exactly. A JSON value
     /// is parsed back as a load parses it: its text is where a value
-    /// could fail to round-trip (a float, issue 10).
+    /// could fail to round-trip (a float).
     fn rebuilds(&self, v: &EffectValue) -> bool {
         match (self, v) {
             (Self::Authorization(a), EffectValue::Authorization(b)) => a == b,
@@ -957,7 +957,7 @@ mod tests {
         b.build().ok()
     }
 
-    // The write path's cheap read-back (issue 14) agrees with the full
+    // The write path's cheap read-back agrees with the full
     // rebuild load() does, and refuses a row of any other obligation.
     #[test]
     fn read_back_agrees_with_the_full_rebuild_and_refuses_another_obligation() {
@@ -995,7 +995,7 @@ mod tests {
         }
     }
 
-    // Issue 14 (memory per pending): the rows of one load share one copy
+    // Memory per pending: the rows of one load share one copy
     // of each kind, target and governed key; a row read alone shares
     // nothing; either way every row reads back exactly as written.
     #[test]
@@ -1027,7 +1027,7 @@ mod tests {
         assert_eq!(same(&la, &lb), (false, false, false));
     }
 
-    // Issue 14: a checksummed pending row loads without re-validating its
+    // A checksummed pending row loads without re-validating its
     // obligation, and still reads back exactly (digest, payload, fields);
     // a row from before checksums loads through the full rebuild.
     #[test]

@@ -131,14 +131,14 @@ pub(crate) trait Txn {
     fn del(&mut self, t: Table, k: &[u8]) -> Result<(), StoreError>;
     /// Whether `k` holds a value in this transaction. An engine that keeps
     /// long values out of memory ([`crate::LogStore`]) answers from its
-    /// index, without reading the value back (issue 14).
+    /// index, without reading the value back.
     fn contains(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
         Ok(self.get(t, k)?.is_some())
     }
     /// [`Txn::put`] of a key whose value in this transaction the caller
     /// has just read as `old`, with no write to it since: a layer that
     /// derives from the old row ([`crate::index::Indexed`]) takes it from
-    /// here instead of reading it a second time (issue 14).
+    /// here instead of reading it a second time.
     fn put_over(
         &mut self,
         t: Table,
@@ -153,7 +153,7 @@ pub(crate) trait Txn {
     /// [`Txn::put_over`] of a row the caller has just encoded from a
     /// typed row whose index [`Facts`] it passes along:
     /// [`crate::index::Indexed`] derives the new index entries from them
-    /// instead of decoding `v` again (issue 14). Checked against the
+    /// instead of decoding `v` again. Checked against the
     /// bytes wherever debug assertions are on (the storage suite).
     fn put_known(
         &mut self,
@@ -169,7 +169,7 @@ pub(crate) trait Txn {
 
     /// [`Txn::del`] that says whether `k` held a row (`Ok(true)`: it did,
     /// and it is gone). An engine whose delete finds the row anyway
-    /// ([`crate::LogStore`]) answers without a second look (issue 14).
+    /// ([`crate::LogStore`]) answers without a second look.
     fn del_found(&mut self, t: Table, k: &[u8]) -> Result<bool, StoreError> {
         if !self.contains(t, k)? {
             return Ok(false);
@@ -181,7 +181,7 @@ pub(crate) trait Txn {
     /// [`Txn::del`] of the pending row `k`, whose obligation's absolute
     /// deadline (`deadline_at`, microseconds) the caller knows:
     /// [`crate::index::Indexed`] finds the row's index entries from it
-    /// instead of decoding the row (issue 14). Checked against the row
+    /// instead of decoding the row. Checked against the row
     /// wherever debug assertions are on (the storage suite).
     ///
     /// Says whether a pending row was there (and is gone), as
@@ -469,7 +469,7 @@ fn offer_is_new(txn: &mut dyn Txn, id: &ObligationId, digest: Digest) -> Result<
 }
 
 /// Returns `bytes` if they read `back` as `record`: a store never commits
-/// a row it cannot load (issue 10: one such row used to stop the whole
+/// a row it cannot load (one such row used to stop the whole
 /// store from opening).
 fn verified<R: PartialEq>(
     table: &'static str,
@@ -503,7 +503,7 @@ fn pending_bytes(k: &[u8], p: &PendingRecord) -> Result<(Vec<u8>, Facts), StoreE
     let row = PendingRow::of(p);
     let bytes = row.encode(T, k)?;
     // The stored bytes decode to a row that loads as `p`: checked on the
-    // decoded row field by field, not by building a record (issue 14).
+    // decoded row field by field, not by building a record.
     let loads = PendingRow::decode(T, k, &bytes).map(|(r, _)| r.rebuilds(k, p));
     Ok((checked(T, k, bytes, loads)?, Facts::pending(&row)))
 }
@@ -579,7 +579,7 @@ fn apply(txn: &mut dyn Txn, event: u64, r: &Record) -> Result<(), StoreError> {
             let k = c.obligation_id.as_str().as_bytes();
             // An id is pending or terminal, never both (a pending row is
             // only written for an id that is neither): the close of a
-            // pending row needs no look for a terminal one (issue 14).
+            // pending row needs no look for a terminal one.
             let was_pending = txn.del_pending(k, c.deadline_at.unix_micros())?;
             debug_assert!(
                 !(was_pending && txn.contains(Table::Terminal, k)?),
@@ -794,7 +794,7 @@ pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
     let mut r = ReceiverSnapshot::default();
     // Sized once from the durable count: a million pending rows inserted
     // into a growing map rehash every entry ~20 times over (a fifth of a
-    // recovery's CPU, issue 14). Bounded, so a damaged counter cannot make
+    // recovery's CPU). Bounded, so a damaged counter cannot make
     // the load reserve more than the rows it may hold.
     let pending = crate::index::counter(v, crate::index::Counter::Pending)?;
     c.pending
@@ -1053,7 +1053,7 @@ fn block_key(last: u64) -> [u8; 9] {
 const BLOCK_TAG: u8 = 1;
 
 /// One row of the event log. A commit writes its events as one block (one
-/// write per commit instead of one per record: issue 14, the log doubled
+/// write per commit instead of one per record: the log doubled
 /// every write); rows of one event each, keyed by the bare id, are what
 /// format 2 wrote before blocks and still read.
 struct EventRow {

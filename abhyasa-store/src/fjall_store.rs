@@ -41,7 +41,7 @@ const BACKEND: &str = "fjall";
 /// in a journal, so this also bounds the memtables' sum. A restart replays
 /// them all: on 1,000,000 pending obligations, 512 MiB of journal took the
 /// recovery to 3.8 s and 700 B per pending, 64 MiB to 2.6 s and 642 B
-/// (issue 14, `store_bench --store fjall --only-scale --pending 1000000`).
+/// (`store_bench --store fjall --only-scale --pending 1000000`).
 const JOURNAL_BYTES: u64 = 64 << 20;
 
 fn backend(op: &'static str, e: fjall::Error) -> StoreError {
@@ -78,7 +78,7 @@ impl std::fmt::Debug for FjallStore {
 /// map, not an ordered one: the batch needs each key once (its entries
 /// share one sequence number) but in no order, and the engine's reads of
 /// its own writes are point lookups; ordering them had cost ~3% of a
-/// custody run's instructions in key comparisons (issue 14).
+/// custody run's instructions in key comparisons.
 type Overlay = Vec<abhyasa_core::Map<Slice, Option<Slice>>>;
 
 /// A write transaction: the keyspaces as they are, with `writes` laid

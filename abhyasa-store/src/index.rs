@@ -1,5 +1,5 @@
-//! Secondary indexes and durable counters of the paged reads (issue 11 §5,
-//! format version 2).
+//! Secondary indexes and durable counters of the paged reads (format
+//! version 2).
 //!
 //! Every write to a table an index derives from goes through [`Indexed`],
 //! a wrapper of the write transaction that reads the row's old value,

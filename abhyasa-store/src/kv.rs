@@ -155,7 +155,7 @@ pub fn commit(
 /// before the commit. A read outside this set must still be answered.
 pub fn read_set(batches: &[&[Record]]) -> Vec<(KvTable, Vec<u8>)> {
     let mut out = vec![(KvTable(Table::Meta), b"next_event".to_vec())];
-    // The index counters the commit moves (issue 11 §5).
+    // The index counters the commit moves.
     out.extend(crate::index::counter_keys().map(|k| (KvTable(Table::Meta), k.to_vec())));
     // The row witnesses a commit may move.
     out.extend(

@@ -280,17 +280,17 @@ impl Default for StoreOptions {
 /// in its config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreKind {
-    /// [`RedbStore`] (a file): the default until 2026-12-04.
+    /// [`RedbStore`] (a file): a B-tree database.
     Redb,
     /// [`SledStore`].
     Sled,
-    /// [`LogStore`] (a directory): the default since 2026-12-05, chosen by
-    /// measurement (see `README.md`): the fastest store that passes the
-    /// suite, crash enumeration, kill and power-loss tests and meets issue
-    /// 14's memory and recovery bounds.
+    /// [`LogStore`] (a directory): the default, chosen by measurement
+    /// (`benches/README.md`): the fastest store that passes the suite,
+    /// crash enumeration, kill and power-loss tests and meets the memory
+    /// and recovery bounds.
     #[default]
     Log,
-    /// [`FjallStore`] (a directory): the default on 2026-12-04 and 05.
+    /// [`FjallStore`] (a directory): an LSM-tree.
     Fjall,
 }
 

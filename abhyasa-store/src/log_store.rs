@@ -1,5 +1,5 @@
 //! [`LogStore`]: the store as an append-only log of commits with every
-//! table held in memory, for the hot path of custody (issue 14).
+//! table held in memory, for the hot path of custody.
 //!
 //! The tables and rules are the same as the other embedded stores' (the
 //! engine in `engine.rs` runs over this store's transaction exactly as it
@@ -41,7 +41,7 @@
 //!   pending row; a close only removes it). After a
 //!   restart the tables are rebuilt with full B-tree nodes. Per pending
 //!   obligation that is ~60 bytes beside the custodian's own state, not
-//!   the ~470 of holding every row (issue 14's memory target).
+//!   the ~470 of holding every row (the memory target).
 //! - **Checkpoints.** When the logs since the snapshot in force have grown
 //!   past its size (and at least [`LogOptions::checkpoint_bytes`]), the
 //!   commit that crossed the line encodes the whole state as snapshot
@@ -343,7 +343,7 @@ pub struct LogOptions {
     /// Default 512 KiB: the commit that grows the log waits for the fill
     /// to reach the disk, and 4 MiB at a time stalled the pipeline
     /// behind it long enough to cost more custody throughput than the
-    /// shorter syncs gained (issue 14).
+    /// shorter syncs gained.
     pub preallocate_bytes: u64,
 }
 
@@ -360,7 +360,7 @@ impl Default for LogOptions {
 /// A value at least this long is held as its place in the log record or
 /// snapshot that holds it rather than in memory: the tables
 /// then cost a key and a place per large row (a pending obligation, a
-/// terminal summary, a ledger entry), not the row (issue 14's memory
+/// terminal summary, a ledger entry), not the row (the memory
 /// target). Shorter values — counters, index entries — stay in memory.
 const HELD_ON_DISK_FROM: usize = 64;
 
@@ -464,7 +464,7 @@ pub struct LogStore {
     poisoned: Option<String>,
     /// The last commit's record buffer, kept for the next one: a group
     /// commit's record runs to hundreds of KiB, and growing a fresh one
-    /// each time costs reallocations, copies and page faults (issue 14).
+    /// each time costs reallocations, copies and page faults.
     spare: Vec<u8>,
     /// The last commit's undo list, emptied, kept for the next one as
     /// `spare` is (one entry per write of a group commit).
@@ -1299,7 +1299,7 @@ impl LogStore {
         // Rebuilt from their rows in order, the tables' B-trees have full
         // nodes: built a row at a time, a node that keeps filling at its
         // end splits in about half, and a million pending rows held ~40
-        // bytes more each (issue 14's memory target).
+        // bytes more each (the memory target).
         for rows in &mut tables {
             *rows = std::mem::take(rows).into_iter().collect();
         }
@@ -1336,7 +1336,7 @@ impl LogStore {
             // (two logs) the first commit starts another (the logs since
             // the snapshot still outgrow it), written a chunk a commit as
             // any: encoding and syncing a whole snapshot here took ~1.3 s
-            // of a million pending rows' recovery (issue 14). A newest log
+            // of a million pending rows' recovery. A newest log
             // of version 1 is never appended to: its state is written as
             // a snapshot and a version-2 log.
             s.start_checkpoint()?;

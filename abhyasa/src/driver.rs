@@ -84,7 +84,7 @@ pub(crate) enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
-    /// Leases (issue 13): the authority on one governed key, read now.
+    /// Leases: the authority on one governed key, read now.
     Authorized {
         key: String,
         reply: oneshot::Sender<abhyasa_core::custody::lease::Authority>,
@@ -108,7 +108,7 @@ pub(crate) struct Driver {
     custodian: Custodian,
     receiver: Receiver,
     applier: Box<dyn Applier + Send>,
-    /// Asynchronous apply path (issue 11 §6); `None`: `applier` answers.
+    /// Asynchronous apply path; `None`: `applier` answers.
     apply: Option<AsyncApply>,
     clock: Arc<dyn Clock>,
     transport: TransportHandle,
@@ -143,7 +143,7 @@ pub(crate) struct Driver {
     /// not be able to fill the log (C-ND-5). Counted in metrics either way.
     peer_warnings: abhyasa_transport::limit::WarnLimiter,
     max_batch_inputs: usize,
-    /// Principal-side lease renewals (issue 13): a timer source served
+    /// Principal-side lease renewals: a timer source served
     /// every turn like the custodian's and the receiver's.
     renewals: crate::leases::Renewals,
     shutdown: Option<oneshot::Sender<()>>,
@@ -355,7 +355,7 @@ impl Driver {
         }
     }
 
-    /// Offers the lease renewals due now (issue 13). Each is a grant
+    /// Offers the lease renewals due now. Each is a grant
     /// offered like any other: best-effort, and released only after the
     /// record of its sequence commits (write-ahead).
     fn renew_leases(&mut self, now: Timestamp) {
@@ -565,7 +565,7 @@ impl Driver {
         }
         // Whether anyone listens, asked once per batch: a send takes the
         // channel's lock even with no receiver (~1% of a best-effort
-        // obligation's CPU, issue 14). A subscriber that joins during the
+        // obligation's CPU). A subscriber that joins during the
         // batch misses only events it could as well have missed by
         // subscribing a moment later; anything it does after subscribing
         // reaches this driver as a command, so its events come in a later
@@ -730,7 +730,7 @@ impl Driver {
     /// threads, and a frame's handling clones its sender's id into ledger
     /// keys, records, acks and events: every clone and drop of a shared
     /// copy is an atomic write to a cache line those threads use too
-    /// (issue 14). The copies are few (one per peer that sent a frame)
+    ///. The copies are few (one per peer that sent a frame)
     /// and dropped all at once past `PEER_IDS_MAX`.
     fn own_peer_id(&mut self, peer: AgentId) -> AgentId {
         if let Some(own) = self.peer_ids.get(&peer) {
@@ -900,7 +900,7 @@ impl Driver {
                         return true;
                     }
                 };
-                // Issue 13: an offer the custodian already knows is an
+                // An offer the custodian already knows is an
                 // idempotent repeat and concerns no renewal chain. (Asked
                 // only when it might concern one: two lookups the offer
                 // itself repeats.)

@@ -1,4 +1,4 @@
-//! Leases as the node reports them (issue 13, custody plus leases).
+//! Leases as the node reports them (custody plus leases).
 //!
 //! The receiver stores each leased grant's absolute end with its effect;
 //! [`crate::Node::authorized`] and [`crate::Node::leases`] read the
@@ -141,7 +141,7 @@ impl Chain {
     }
 }
 
-/// The principal-side lease renewal scheduler (issue 13), sans-IO like the
+/// The principal-side lease renewal scheduler, sans-IO like the
 /// core's machines: time comes in as `now`, the jitter from one RNG seeded
 /// once (from the custodian's seed), so a seeded run renews on the same
 /// schedule every time.

@@ -387,8 +387,8 @@ impl NodeConfig {
     }
 
     /// The store named by `store`, or the default. A config without
-    /// `store` (nor `store_path`) from before the default became what it
-    /// is — redb until 2026-12-04, then fjall — whose node directory holds
+    /// `store` (nor `store_path`) written when an earlier default (redb,
+    /// then fjall) was in force, whose node directory holds
     /// `store.fjall` or `store.redb` and no store of the default keeps the
     /// one it has (the newer if both): otherwise the node would start on a
     /// new, empty store and leave every pending obligation behind.
@@ -812,7 +812,7 @@ impl Resolved {
                 .authority
                 .set_peer(p.pin.agent.clone(), p.authority.clone());
         }
-        // Issue 13: revocations carry the advertised custody deadline, so
+        // Revocations carry the advertised custody deadline, so
         // a leased grant whose term is longer draws a lease warning.
         o.revocation_deadline = Some(Duration::from_secs(self.raw.card_deadline_seconds));
     }
@@ -1114,7 +1114,7 @@ mod tests {
         assert_eq!(h.header_read_timeout, Duration::from_millis(5000));
     }
 
-    // store = "postgres" (issue 15): the URL and lease are read and checked,
+    // store = "postgres": the URL and lease are read and checked,
     // the standby flag selects waiting, and the URL never shows in Debug.
     #[test]
     fn postgres_store_keys() {

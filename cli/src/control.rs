@@ -15,7 +15,7 @@
 //! | `authorizations` | (durable principal-side state per governed key)            |
 //! | `leases`      | (leased grants this node holds as receiver, the leases it renews as principal, lease warnings) |
 //!
-//! Reads are paged and answered from the store's indexes (issue 11 §5):
+//! Reads are paged and answered from the store's indexes:
 //! `list` answers `{"items": [...], "next": ID | null}` (obligations in id
 //! order after `after`); `escalations` answers `{"escalations": [...],
 //! "next": N | null, "decisions": [...], "decisions_next": ID | null}`, each
@@ -383,7 +383,7 @@ pub(crate) async fn dispatch(
             limit,
             after,
         } => {
-            // An indexed read of one page (issue 11 §5), never a scan.
+            // An indexed read of one page, never a scan.
             let page = node.list(state, after, limit).await?;
             let items: Vec<Value> = page
                 .items

@@ -49,7 +49,7 @@ enum Command {
     /// Principal-side state per governed key: granted or withheld, its
     /// sequence, and when and why it last changed (durable state only).
     Authorizations(cmd::client::ReadArgs),
-    /// Leases (issue 13): the leased grants this node holds as receiver
+    /// Leases: the leased grants this node holds as receiver
     /// (key, scope, lease end, active or lapsed), the leases it renews as
     /// principal, and lease warnings.
     Leases(cmd::client::ReadArgs),

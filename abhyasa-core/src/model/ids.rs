@@ -16,7 +16,7 @@ fn check_id(field: &str, s: &str, max: usize) -> Result<(), FieldError> {
     // Nearly every id is printable ASCII, where the only white space is
     // the space and there is no control character: one pass over the
     // bytes decides it, instead of decoding characters twice (ids are
-    // checked a dozen times per obligation, issue 14). Anything else takes
+    // checked a dozen times per obligation). Anything else takes
     // the general rules; both agree on every string (property below).
     let printable = b.iter().all(|c| (0x20..0x7f).contains(c));
     let padded = if printable {

@@ -32,11 +32,11 @@ const MAX_PAYLOAD_DEPTH: usize = 32;
 /// it. A payload a store restores ([`ObligationBuilder::build_stored`])
 /// keeps only the text until a field is first read: a custodian holding a
 /// million pending transfers never reads their fields, so it never pays
-/// for them (issue 14).
+/// for them.
 #[derive(Clone)]
 pub struct Payload {
     // Boxed, both: a restored payload holds 32 bytes beside its text, not
-    // 56 (issue 14's memory per pending obligation).
+    // 56 (the memory per pending obligation).
     map: OnceLock<Box<Map<String, Value>>>,
     canonical: Box<str>,
 }
@@ -76,7 +76,7 @@ impl Payload {
     /// [`Payload::new`], writing the canonical text into a buffer of
     /// `capacity` bytes (the received text's length is a good guess):
     /// growing it from empty cost five reallocations per obligation, on
-    /// the sender and again on the receiver (issue 14).
+    /// the sender and again on the receiver.
     fn with_capacity(mut map: Map<String, Value>, capacity: usize) -> Result<Self, FieldError> {
         normalize_fields(&mut map)?;
         let mut canonical = String::with_capacity(capacity.min(MAX_PAYLOAD_BYTES));
@@ -622,7 +622,7 @@ impl ObligationBuilder {
     /// constructors): the payload set on the builder, if any, is ignored
     /// and the payload is not normalized or canonicalized again; the
     /// digest is computed. For a decoder that parsed the payload itself
-    /// (issue 14: a protobuf frame's payload used to be parsed, copied
+    /// (a protobuf frame's payload used to be parsed, copied
     /// and canonicalized twice).
     pub fn build_with_payload(self, payload: Payload) -> Result<Obligation, FieldError> {
         self.finish(payload, None)

@@ -103,7 +103,7 @@ impl fmt::Display for EventId {
 /// Generic over how it holds its ids only so that [`LogEventRef`], the
 /// same event borrowing them from its record, is the same type: a commit
 /// encodes its events without copying an id (each copy is an atomic write
-/// to a cache line the driver that made the record is using; issue 14),
+/// to a cache line the driver that made the record is using),
 /// and what it writes is what a `LogEvent` reads back, by construction.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum LogEvent<O = ObligationId, A = AgentId> {
@@ -633,7 +633,7 @@ pub trait Store: Send {
 
     /// Inbox counters at `now`, derived from the stored records. The
     /// default folds a full [`Store::load`]; indexed backends answer from
-    /// durable counters and a deadline index instead (issue 11 §5).
+    /// durable counters and a deadline index instead.
     fn inbox(&self, now: Timestamp) -> Result<Inbox, StoreError> {
         Ok(self.load()?.inbox(now))
     }

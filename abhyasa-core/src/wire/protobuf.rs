@@ -288,7 +288,7 @@ fn obligation_from_pb(p: ObligationFields<'_>) -> Result<Obligation, PeerError> 
 /// The names one stream's frames repeat — its sender, and the target and
 /// kind of its obligations — kept from the last frame that named them:
 /// one that names the same again gets the same id (a reference count, not
-/// a new allocation and another validation of the same text; issue 14).
+/// a new allocation and another validation of the same text).
 /// A name is reused only for the exact text it was validated from.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Names {
@@ -354,7 +354,7 @@ fn obligation_from_pb_with(
 /// The hot frame read in place: an `Envelope { version, sender,
 /// Obligation }` whose fields each appear at most once, with the wire
 /// types the schema gives them and valid UTF-8 in its strings, borrowed
-/// from `bytes` (issue 14: prost copied every string and byte field into
+/// from `bytes` (prost copied every string and byte field into
 /// a message of its own, six allocations per obligation, before they were
 /// validated into the obligation). `None` for anything else — another
 /// message, an unknown or repeated field, a bad key, varint or string —
@@ -495,7 +495,7 @@ impl Envelope {
             // The hot frame: written field by field from the obligation,
             // the bytes prost writes for it (a unit property checks them),
             // without first copying every field into a message struct
-            // (issue 14: encode each frame once, no copies per field).
+            // (encode each frame once, no copies per field).
             Message::Obligation(ob) => encode_obligation_frame(&self.sender, ob),
             _ => self.to_pb().encode_to_vec(),
         }
@@ -503,7 +503,7 @@ impl Envelope {
 
     /// The frame as a stream carries it: the varint length of
     /// [`Envelope::encode`]'s bytes, then those bytes, written into one
-    /// buffer sized for both (issue 14: a transport encoded the body, then
+    /// buffer sized for both (a transport encoded the body, then
     /// copied it behind its prefix into a second buffer). Returns the
     /// buffer and the body's length (what a frame limit applies to).
     pub fn encode_length_delimited(&self) -> (Vec<u8>, usize) {
@@ -531,7 +531,7 @@ impl Envelope {
     /// `Envelope::new(sender, Message::Obligation(ob)).encode().len()`,
     /// counted from the fields without building or encoding the frame: a
     /// node sizes every offer against its send queue's budget before it
-    /// accepts it (issue 14: that was a second encode per obligation).
+    /// accepts it (that was a second encode per obligation).
     pub fn obligation_len(sender: &AgentId, ob: &Obligation) -> usize {
         obligation_frame_len(sender, obligation_body_len(ob))
     }

@@ -35,7 +35,7 @@ pub struct NodeBuilder {
     options: NodeOptions,
     store: Option<Box<dyn Store>>,
     transport: Option<Transport>,
-    // The async applier (issue 11 §6) gets its setter here, beside
+    // The async applier gets its setter here, beside
     // `sync_applier`; the driver then asks it instead of `options.applier`.
 }
 

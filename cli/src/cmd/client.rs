@@ -532,7 +532,7 @@ pub(crate) struct CardArgs {
 pub(crate) fn card(a: CardArgs) -> Result<(), String> {
     let _ = a.json;
     let cfg = NodeConfig::load(&a.dir)?;
-    // The HTTP binding's URLs when the node serves it (issue 12).
+    // The HTTP binding's URLs when the node serves it.
     let (ack_endpoint, obligation_endpoint) = cfg.card_endpoints();
     let kinds = cfg.card_profiles(&obligation_endpoint)?;
     let service = abhyasa_a2a::AbhyasaServiceRef::new(ack_endpoint, kinds)

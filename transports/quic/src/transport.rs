@@ -414,7 +414,7 @@ async fn write_frames(
 /// every chunk written to a stream as its own segment until the peer
 /// acknowledges it, and finds the bytes of each packet it sends by walking
 /// those segments from the oldest: with a frame per chunk that walk grows
-/// with the frames in flight (issue 14). One copy of a few hundred bytes
+/// with the frames in flight. One copy of a few hundred bytes
 /// per frame buys one segment per batch.
 fn coalesce(batch: &mut Vec<Bytes>) -> Bytes {
     if batch.len() == 1 {

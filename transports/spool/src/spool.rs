@@ -1,6 +1,6 @@
 //! The relay's durable spool on redb (the embedded default engine).
 //!
-//! Rules (spec/protocol.md §7, issue 13):
+//! Rules (spec/protocol.md §7):
 //! * **Write before receipt.** [`Spool::offer`] commits every frame it
 //!   accepts in one redb transaction (one fsync for the batch: group
 //!   commit) and only then returns the receipt that says so.

@@ -53,7 +53,7 @@ impl Receiver {
         // Counted before the key moves into the ledger, without a clone of
         // the custodian's id but for its first entry: the id is shared
         // with the threads that read and write its frames, and every clone
-        // and drop of it is an atomic write to one cache line (issue 14).
+        // and drop of it is an atomic write to one cache line.
         match self.held.get_mut(&key.0) {
             Some(n) => *n += 1,
             None => {

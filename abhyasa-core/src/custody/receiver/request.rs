@@ -44,7 +44,7 @@ impl Receiver {
         // Asked and answered in one step: the same checks `decide` would
         // make at this instant (deadline, supersession, a key value that
         // cannot have changed) hold, so no request is queued, ticketed or
-        // timed only to be taken back at once (issue 14: the receiver's
+        // timed only to be taken back at once (the receiver's
         // hot path).
         self.receive_with(now, from, ob, Decider::Now(applier))
     }
