@@ -275,10 +275,9 @@ pub fn plan_compaction(
     ))
 }
 
-/// Applies planned deletions inside `txn`.
+/// Applies planned deletions inside `txn`, moving the tables' row
+/// witnesses and index counters with them as every embedded store does.
 pub fn delete(txn: &mut dyn KvTxn, dels: &[(KvTable, Vec<u8>)]) -> Result<(), StoreError> {
-    for (t, k) in dels {
-        txn.del(*t, k)?;
-    }
-    Ok(())
+    let dels: Vec<(Table, Vec<u8>)> = dels.iter().map(|(t, k)| (t.0, k.clone())).collect();
+    engine::delete(&mut TxnOf(txn), &dels)
 }

@@ -93,8 +93,19 @@ fn records_for(specs: Vec<Spec>) -> (Vec<Obligation>, Vec<Vec<Record>>) {
         if custodian.offer(now, ob.clone()).is_err() {
             continue;
         }
+        // An obligation offered without a sequence is held and sent with
+        // the next one on its key (C-OR-1): the store must give back that
+        // obligation, as the custodian recorded it.
+        let mut ob = ob;
         while let Some(b) = custodian.poll_records() {
             custodian.handle_committed(b.token());
+            for r in &b.records {
+                if let Record::CustodyOpened { pending, .. } = r {
+                    if pending.obligation.id() == ob.id() {
+                        ob = pending.obligation.clone();
+                    }
+                }
+            }
             batches.push(b.records);
         }
         let receiver = receivers.entry(ob.target().clone()).or_insert_with(|| {

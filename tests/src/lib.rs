@@ -845,6 +845,12 @@ impl Env {
                 // after this; the custodian's retry is the redelivery.
                 cfg.sync_wait = Duration::from_millis(500);
                 cfg.client_timeout = Duration::from_secs(2);
+                // Alice's client opens a connection per concurrent request,
+                // all from 127.0.0.1: a burst of offers would meet the
+                // per-source cap on handshakes, which bounds anonymous
+                // floods (C-PA-1, shown in cli/tests/preauth.rs) and is not
+                // what this suite measures.
+                cfg.max_handshakes_per_source = cfg.max_handshakes;
                 let (t, _server) = abhyasa_a2a::start(agent(me), cfg).await?;
                 t
             }

@@ -76,8 +76,10 @@ pub enum Takeover {
 #[non_exhaustive]
 pub struct PgOptions {
     /// This node's name in `abhyasa_owners` (default: host, pid and start
-    /// time, unique per process). Reopening under the same name takes the
-    /// partition back at once, fencing the earlier incarnation.
+    /// time, unique per process). Reopening under the same name while its
+    /// lease lives is refused ([`StoreError::HolderInUse`]): a name copied
+    /// between two configs never takes a live partition; a restart after a
+    /// crash waits the lease out under [`Takeover::Wait`].
     pub holder: String,
     /// Lease length on the database clock; a standby takes over this long
     /// after the owner's last renewal.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use abhyasa_core::custody::{Custodian, EffectValue, Record, TerminalState};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::store::Store;
-use abhyasa_pg::PgStore;
+use abhyasa_pg::{PgStore, Takeover};
 use backend::{test_options, PgBackend};
 use cluster::Cluster;
 use common::*;
@@ -36,7 +36,10 @@ fn database_crash_mid_commits_loses_nothing_reported_durable() {
         return;
     };
     let p = cluster::partition("dbcrash");
-    let opts = test_options("node");
+    // No renewals: the lease lapses this long after the open, and the
+    // restart after the crash (same holder name) waits for that (C-PA-4).
+    let mut opts = test_options("node");
+    opts.lease = Duration::from_secs(2);
     let mut s = PgStore::open(&db.url, &p, &opts).unwrap();
     let (started, rx) = mpsc::channel();
     let writer = std::thread::spawn(move || {
@@ -63,7 +66,11 @@ fn database_crash_mid_commits_loses_nothing_reported_durable() {
     let (ok, in_flight, err) = writer.join().unwrap();
     eprintln!("{} commits reported durable, then: {err}", ok.len());
     assert!(db.start(), "cluster did not restart");
-    let s = PgStore::open(&db.url, &p, &opts).unwrap();
+    let mut restart = opts.clone();
+    restart.takeover = Takeover::Wait {
+        poll: Duration::from_millis(50),
+    };
+    let s = PgStore::open(&db.url, &p, &restart).unwrap();
     let state = s.load().unwrap();
     for id in &ok {
         assert!(
@@ -87,8 +94,9 @@ fn database_crash_mid_run_every_obligation_terminal_none_twice() {
         eprintln!("SKIPPED: needs initdb to crash a private cluster");
         return;
     };
-    let mut c = PgBackend::new(&db.url, cluster::partition("dbrun-c"));
-    let mut r = PgBackend::new(&db.url, cluster::partition("dbrun-r"));
+    let lease = Duration::from_secs(2);
+    let mut c = PgBackend::with_lease(&db.url, cluster::partition("dbrun-c"), lease);
+    let mut r = PgBackend::with_lease(&db.url, cluster::partition("dbrun-r"), lease);
     c.crash_on_error = true;
     r.crash_on_error = true;
     let mut w = World::with_backends(Box::new(c), Box::new(r));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use abhyasa_core::custody::Record;
 use abhyasa_core::store::{Committed, CrashTiming, Store, StoreError};
 use abhyasa_core::{AgentId, Timestamp};
-use abhyasa_pg::{PgOptions, PgStore};
+use abhyasa_pg::{PgOptions, PgStore, Takeover};
 
 use crate::common::{Backend, Kind};
 
@@ -34,16 +34,28 @@ pub struct PgBackend {
     /// the side stops and restarts from a fresh open, as `abhyasa node run`
     /// would under a supervisor.
     pub crash_on_error: bool,
+    lease: Duration,
 }
 
 impl PgBackend {
     pub fn new(url: &str, agent: AgentId) -> Self {
+        Self::with_lease(url, agent, test_options("").lease)
+    }
+
+    /// A backend whose partition lease is `lease`: a restart after a crash
+    /// that could not end the lease (the database went away) waits it out
+    /// under the same holder name (C-PA-4), so a test that crashes the
+    /// database keeps it short.
+    pub fn with_lease(url: &str, agent: AgentId, lease: Duration) -> Self {
         let holder = format!("test-{}", agent.as_str());
-        let store = PgStore::open(url, &agent, &test_options(&holder)).unwrap();
+        let mut options = test_options(&holder);
+        options.lease = lease;
+        let store = PgStore::open(url, &agent, &options).unwrap();
         Self {
             url: url.to_string(),
             agent,
             holder,
+            lease,
             store: Some(store),
             commits: 0,
             armed: None,
@@ -94,8 +106,12 @@ impl Backend for PgBackend {
     }
     fn restart(&mut self) {
         self.store = None;
-        self.store =
-            Some(PgStore::open(&self.url, &self.agent, &test_options(&self.holder)).unwrap());
+        let mut options = test_options(&self.holder);
+        options.lease = self.lease;
+        options.takeover = Takeover::Wait {
+            poll: Duration::from_millis(50),
+        };
+        self.store = Some(PgStore::open(&self.url, &self.agent, &options).unwrap());
         self.armed = None;
         self.down = None;
     }
