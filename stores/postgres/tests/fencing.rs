@@ -303,7 +303,7 @@ fn c_pa_4_holder_name_owning_a_live_partition_is_refused() {
     drop(a);
     // A clean stop released the lease: the same name restarts at once.
     let b = PgStore::open(url, &p, &opts).unwrap();
-    let ids: Vec<String> = b
+    let mut ids: Vec<String> = b
         .load()
         .unwrap()
         .custodian
@@ -311,6 +311,7 @@ fn c_pa_4_holder_name_owning_a_live_partition_is_refused() {
         .keys()
         .map(|k| k.to_string())
         .collect();
+    ids.sort();
     assert_eq!(ids, ["by-a", "still-a"]);
     // Held without renewal: a standby under the same name waits for the
     // lease to lapse, then takes over with a new epoch and fences b.
