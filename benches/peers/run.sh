@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The broker comparison of issue 14, in one run on one machine.
+# The broker comparison, in one run on one machine.
 #
 #   benches/peers/run.sh                       # 3 rounds, 50,000 x 256 B, 512 in flight
 #   ROUNDS=5 COUNT=100000 benches/peers/run.sh
