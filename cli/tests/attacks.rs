@@ -1,0 +1,252 @@
+//! The attacks on authority and on unauthenticated resources, rerun with
+//! real `abhyasa` processes on loopback.
+//!
+//! * A hostile hop between alice and her relay holds alice's grant and
+//!   delivers it (twice) after her revoke: the edge declines it
+//!   `superseded` and ends withheld, and alice's custody reports the
+//!   revoke applied, which it is (C-OR-1, C-OR-2).
+//! * Plaintext transports off loopback are refused at start with a clear
+//!   error unless the config allows them explicitly (C-PA-3).
+#![allow(clippy::unwrap_used)]
+
+mod process;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use abhyasa_core::custody::EffectValue;
+use abhyasa_core::principal::Authorization;
+use abhyasa_store::{StoreKind, StoreOptions};
+use process::relay::{relay_spawn, relay_status, via_relay};
+use process::wsproxy::HoldingProxy;
+use process::{abhyasa, free_port, init, json, linked, ok, pin, set_config, spawn, wait_for};
+use process::{Children, Control};
+use serde_json::{json, Value};
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free TCP port")
+        .port()
+}
+
+fn d(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+/// `abhyasa send` of an Anumati decision on `scope` to the edge;
+/// `sequence` as the caller's own, or none (the node assigns one).
+fn send(
+    dir: &Path,
+    id: &str,
+    decision: &str,
+    scope: &str,
+    sequence: Option<&str>,
+    wait: bool,
+) -> Value {
+    let payload = json!({"decision": decision, "scope": scope}).to_string();
+    let mut args = vec![
+        "send",
+        "--dir",
+        d(dir),
+        "--kind",
+        "anumati.consent",
+        "--target",
+        "edge",
+        "--payload",
+        &payload,
+        "--deadline",
+        "30",
+        "--id",
+        id,
+        "--json",
+    ];
+    if let Some(s) = sequence {
+        args.extend(["--sequence", s]);
+    }
+    if wait {
+        args.push("--wait");
+    }
+    json(&args)
+}
+
+/// `abhyasa status ID --json` on `dir`, if the node knows the id.
+fn status(dir: &Path, id: &str) -> Option<Value> {
+    let out = abhyasa(&["status", id, "--dir", d(dir), "--json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("status prints JSON"))
+}
+
+fn metric(dir: &Path, name: &str) -> Option<u64> {
+    Control::connect(dir)
+        .ok()?
+        .call(&json!({"op": "metrics"}))
+        .ok()?["result"][name]
+        .as_u64()
+}
+
+/// The receiver-owned authorization the edge holds on `scope`, read from
+/// its store after it stopped.
+fn edge_authorization(edge: &Path, scope: &str) -> Vec<(String, Authorization)> {
+    let kind = StoreKind::default();
+    let store = kind
+        .open(edge.join(format!("store.{kind}")), &StoreOptions::default())
+        .expect("the edge's store opens");
+    let state = store.load().expect("the edge's state loads");
+    let suffix = format!("anumati.consent/edge/scope:{scope}");
+    state
+        .receiver
+        .effects
+        .iter()
+        .filter(|(k, _)| k.ends_with(&suffix))
+        .map(|(k, v)| match v {
+            EffectValue::Authorization(a) => (k.clone(), *a),
+            other => panic!("{k}: not an authorization: {other:?}"),
+        })
+        .collect()
+}
+
+/// A WebSocket relay, alice reaching it through a [`HoldingProxy`], and an
+/// edge reaching it directly; alice and the edge pin each other through
+/// the relay. Returns (alice, edge, proxy, processes); both nodes are
+/// linked and one revoke has gone through end to end.
+fn relayed_through_a_hostile_hop(
+    root: &Path,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    HoldingProxy,
+    Children,
+) {
+    let (r, a, e) = (root.join("relay"), root.join("alice"), root.join("edge"));
+    let ws_port = free_tcp_port();
+    let out = ok(&[
+        "relay",
+        "init",
+        "--dir",
+        d(&r),
+        "--agent",
+        "relay-1",
+        "--transport",
+        "ws",
+        "--listen",
+        &format!("127.0.0.1:{ws_port}"),
+    ]);
+    let relay_pin = out[out.find("[[peers]]").expect("a peers snippet")..].to_string();
+    let proxy = HoldingProxy::start(SocketAddr::from(([127, 0, 0, 1], ws_port)));
+    let alice_pin = init(&a, "alice", free_port());
+    let edge_pin = init(&e, "edge", free_port());
+    pin(&r, &alice_pin);
+    pin(&r, &edge_pin);
+    pin(
+        &a,
+        &relay_pin.replace(
+            &format!("ws://127.0.0.1:{ws_port}/"),
+            &format!("ws://{}/", proxy.addr),
+        ),
+    );
+    pin(&a, &via_relay(&edge_pin));
+    pin(&e, &relay_pin);
+    pin(&e, &via_relay(&alice_pin));
+    for dir in [&a, &e] {
+        set_config(dir, "backoff_base_ms", "200");
+        set_config(dir, "backoff_cap_ms", "1000");
+    }
+    let children = Children(vec![relay_spawn(&r), spawn(&e), spawn(&a)]);
+    wait_for("the relay's status", Duration::from_secs(20), || {
+        relay_status(&r).is_some()
+    });
+    linked(&e);
+    linked(&a);
+    let warm = send(&a, "warm-up", "revoke", "other", None, true);
+    assert_eq!(warm["outcome"]["state"], "applied", "{warm}");
+    (a, e, proxy, children)
+}
+
+/// The reorder attack: the hop holds alice's grant on `s`, passes her
+/// revoke (applied, acked), then delivers the grant twice. The edge must
+/// decline it `superseded` and end withheld on `s`; alice's custody says
+/// the revoke was applied, and nothing else.
+fn reorder_attack(grant_sequence: Option<&str>) {
+    let root = tempfile::tempdir().unwrap();
+    let (a, e, proxy, mut children) = relayed_through_a_hostile_hop(root.path());
+
+    proxy.hold();
+    let grant = send(&a, "grant-s", "grant", "s", grant_sequence, false);
+    assert_eq!(grant["mode"], "best_effort", "{grant}");
+    wait_for("the hop to hold the grant", Duration::from_secs(10), || {
+        proxy.held() >= 1
+    });
+    proxy.pass();
+    // Held, not lost to a retry: the edge has not seen the grant.
+    assert!(
+        status(&e, "grant-s").is_none(),
+        "the grant got past the hop"
+    );
+    let revoke = send(&a, "revoke-s", "revoke", "s", None, true);
+    assert_eq!(revoke["outcome"]["state"], "applied", "{revoke}");
+    let before = proxy.forwarded();
+    let written = proxy.release(2);
+    assert!(written >= 2, "the hop delivered {written} held frames");
+    eprintln!(
+        "C-OR-2 processes: {written} held frames delivered after the revoke ({before} passed)"
+    );
+
+    let mut late = Value::Null;
+    wait_for(
+        "the edge to record the late grant",
+        Duration::from_secs(15),
+        || {
+            status(&e, "grant-s").is_some_and(|v| {
+                late = v;
+                true
+            })
+        },
+    );
+    eprintln!("C-OR-2 processes: the late grant at the edge: {late}");
+    assert_eq!(late["declines"][0][1], "superseded", "{late}");
+    // Declined on order (the revoke carries the next sequence on the
+    // key), not only by the rule for obligations without one.
+    let want = format!(
+        "sequence {} on @alice/anumati.consent/edge/scope:s superseded by {} (revoke-s)",
+        grant_sequence.unwrap_or("1"),
+        grant_sequence.map_or(2, |s| s.parse::<u64>().unwrap() + 1)
+    );
+    assert_eq!(late["declines"][0][2], want.as_str(), "{late}");
+    assert!(
+        late["receiver"]
+            .as_array()
+            .is_none_or(|r| r.iter().all(|x| x[1] != "applied")),
+        "{late}"
+    );
+    assert_eq!(metric(&e, "receiver_applied"), Some(2));
+    let revoke_at_alice = status(&a, "revoke-s").expect("alice knows her revoke");
+    assert_eq!(revoke_at_alice["custodian"], "applied", "{revoke_at_alice}");
+
+    for c in &mut children.0 {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    let held = edge_authorization(&e, "s");
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].1, Authorization::Withheld, "{held:?}");
+    assert!(held[0].0.starts_with("@alice/"), "{held:?}");
+}
+
+// C-OR-1, C-OR-2 (processes): neither side names a sequence; alice's node
+// assigns the grant 1 and the revoke 2 on the key, so the held grant is
+// older than the revoke it arrives after.
+#[test]
+fn c_or_2_held_grant_after_revoke_is_superseded_with_default_sequences() {
+    reorder_attack(None);
+}
+
+// C-OR-1, C-OR-2 (processes): the leases recipe, a sequenced grant and a
+// revoke sent without a sequence; the node gives the revoke the next one
+// above the grant's.
+#[test]
+fn c_or_2_held_sequenced_grant_after_revoke_without_sequence_is_superseded() {
+    reorder_attack(Some("5"));
+}
