@@ -250,3 +250,152 @@ fn c_or_2_held_grant_after_revoke_is_superseded_with_default_sequences() {
 fn c_or_2_held_sequenced_grant_after_revoke_without_sequence_is_superseded() {
     reorder_attack(Some("5"));
 }
+
+/// Runs `abhyasa ARGS --dir DIR` and waits up to 10 s: `Some(stderr)` if
+/// it exited (refused), `None` if it was still running (then killed).
+fn refused_at_start(args: &[&str], dir: &Path) -> Option<String> {
+    let mut child = std::process::Command::new(process::BIN)
+        .args(args)
+        .args(["--dir", d(dir)])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("abhyasa runs");
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            assert!(!st.success(), "exited 0 instead of refusing: {err}");
+            return Some(err);
+        }
+        if Control::connect(dir).is_ok() || relay_status(dir).is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    None
+}
+
+fn append(dir: &Path, text: &str) {
+    let path = dir.join("config.toml");
+    let mut config = std::fs::read_to_string(&path).unwrap();
+    config.push_str(text);
+    std::fs::write(&path, config).unwrap();
+}
+
+// C-PA-3 (processes): a node whose peer is a ws:// URL off loopback does
+// not start, and says why; `[limits] allow_plaintext_ws = true` lets it.
+#[test]
+fn c_pa_3_node_refuses_plaintext_ws_off_loopback_unless_allowed() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("alice"), root.path().join("bob"));
+    init(&a, "alice", free_port());
+    let snip_b = init(&b, "bob", free_port());
+    let over_ws: String = snip_b
+        .lines()
+        .filter(|l| !l.starts_with("addr = "))
+        .map(|l| format!("{l}\n"))
+        .chain(["transport = \"ws\"\nurl = \"ws://192.0.2.7:9/\"\n".into()])
+        .collect();
+    pin(&a, &over_ws);
+    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    assert!(
+        err.contains("refusing plaintext ws:// on ws://192.0.2.7:9/"),
+        "{err}"
+    );
+    append(&a, "\n[limits]\nallow_plaintext_ws = true\n");
+    assert_eq!(
+        refused_at_start(&["node", "run"], &a),
+        None,
+        "allowed explicitly, the node serves"
+    );
+}
+
+// C-PA-3 (processes): plain HTTP to a peer off loopback is refused at
+// start even with plain HTTP on, and so is serving it off loopback.
+#[test]
+fn c_pa_3_node_refuses_plain_http_off_loopback() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("alice"), root.path().join("bob"));
+    init(&a, "alice", free_port());
+    let snip_b = init(&b, "bob", free_port());
+    let over_http: String = snip_b
+        .lines()
+        .filter(|l| !l.starts_with("addr = "))
+        .map(|l| format!("{l}\n"))
+        .chain(["transport = \"http\"\nurl = \"http://192.0.2.7:9\"\ntoken = \"t\"\n".into()])
+        .collect();
+    let config = std::fs::read_to_string(a.join("config.toml")).unwrap();
+    let http = format!(
+        "\n[http]\nlisten = \"127.0.0.1:{}\"\nplain_http_loopback = true\n\n",
+        free_tcp_port()
+    );
+    std::fs::write(a.join("config.toml"), config.clone() + &http + &over_http).unwrap();
+    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    assert!(
+        err.contains("plain http is allowed only to a loopback host"),
+        "{err}"
+    );
+    let http = "\n[http]\nlisten = \"0.0.0.0:1\"\nplain_http_loopback = true\n";
+    std::fs::write(a.join("config.toml"), config + http).unwrap();
+    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    assert!(
+        err.contains("plain HTTP is served only on loopback, not 0.0.0.0:1"),
+        "{err}"
+    );
+}
+
+// C-PA-3 (processes): a relay does not listen on ws:// off loopback,
+// neither from `relay init` nor from an edited config, unless allowed.
+#[test]
+fn c_pa_3_relay_refuses_plaintext_ws_listener_off_loopback_unless_allowed() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().join("relay");
+    let port = free_tcp_port();
+    let out = abhyasa(&[
+        "relay",
+        "init",
+        "--dir",
+        d(&r),
+        "--agent",
+        "relay-1",
+        "--transport",
+        "ws",
+        "--listen",
+        &format!("0.0.0.0:{port}"),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("plaintext off loopback"), "{err}");
+    ok(&[
+        "relay",
+        "init",
+        "--dir",
+        d(&r),
+        "--agent",
+        "relay-1",
+        "--transport",
+        "ws",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    set_config(&r, "ws_listen", &format!("\"0.0.0.0:{port}\""));
+    let err = refused_at_start(&["relay", "run"], &r).expect("the relay refuses to start");
+    assert!(err.contains("plaintext"), "{err}");
+    let config = std::fs::read_to_string(r.join("config.toml")).unwrap();
+    let allowed = if config.contains("allow_plaintext_ws = ") {
+        config.replace("allow_plaintext_ws = false", "allow_plaintext_ws = true")
+    } else {
+        format!("allow_plaintext_ws = true\n{config}")
+    };
+    std::fs::write(r.join("config.toml"), allowed).unwrap();
+    assert_eq!(
+        refused_at_start(&["relay", "run"], &r),
+        None,
+        "allowed explicitly, the relay serves"
+    );
+}
