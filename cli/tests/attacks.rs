@@ -5,6 +5,9 @@
 //!   delivers it (twice) after her revoke: the edge declines it
 //!   `superseded` and ends withheld, and alice's custody reports the
 //!   revoke applied, which it is (C-OR-1, C-OR-2).
+//! * A greedy relay tenant is refused `origin_quota` once it holds its
+//!   bytes; another tenant still gets in, and nothing accepted is lost
+//!   (C-PA-2).
 //! * Plaintext transports off loopback are refused at start with a clear
 //!   error unless the config allows them explicitly (C-PA-3).
 #![allow(clippy::unwrap_used)]
@@ -398,4 +401,153 @@ fn c_pa_3_relay_refuses_plaintext_ws_listener_off_loopback_unless_allowed() {
         None,
         "allowed explicitly, the relay serves"
     );
+}
+
+fn relay_init_quic(dir: &Path, port: u16) -> String {
+    let out = ok(&[
+        "relay",
+        "init",
+        "--dir",
+        d(dir),
+        "--agent",
+        "relay-1",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    out[out.find("[[peers]]").expect("a peers snippet")..].to_string()
+}
+
+/// Offers a custody revoke to the edge through the control socket;
+/// `padding` bytes of note make its frame large.
+fn offer_to_edge(dir: &Path, id: &str, padding: usize) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let created_at =
+        abhyasa_core::Timestamp::from_unix_seconds(i64::try_from(secs).unwrap()).to_rfc3339();
+    let ob = json!({
+        "obligation_id": id,
+        "kind": "anumati.consent",
+        "target": "edge",
+        "payload": {"decision": "revoke", "scope": id, "note": "x".repeat(padding)},
+        "deadline_seconds": 120,
+        "max_retries": 1000,
+        "created_at": created_at,
+    });
+    let v = Control::connect(dir)
+        .unwrap()
+        .call(&json!({"op": "offer", "obligation": ob}))
+        .unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+fn edge_entry(relay: &Path) -> Value {
+    relay_status(relay)
+        .and_then(|v| {
+            v["destinations"]
+                .as_array()?
+                .iter()
+                .find(|d| d["destination"] == "edge")
+                .cloned()
+        })
+        .unwrap_or(Value::Null)
+}
+
+const GREEDY: usize = 20;
+const MODEST: usize = 5;
+const PADDING: usize = 60_000;
+
+// C-PA-2 (processes): a greedy tenant offering 20 frames of ~60 KB (the
+// largest payload an obligation may carry is 64 KiB) to an edge that is
+// away, against a relay holding at most 1 MB in all and 400 kB per
+// origin, is refused `origin_quota` once it holds its bytes; another
+// tenant's frames (~30 KB each, which a spool the greedy one had filled
+// would refuse `spool_full`) still get in. When the edge comes, every obligation
+// either tenant accepted is applied there once: nothing accepted is lost.
+#[test]
+fn c_pa_2_greedy_tenant_cannot_fill_the_relay_spool() {
+    let root = tempfile::tempdir().unwrap();
+    let (r, a, c, e) = (
+        root.path().join("relay"),
+        root.path().join("alice"),
+        root.path().join("carol"),
+        root.path().join("edge"),
+    );
+    let relay_pin = relay_init_quic(&r, free_port());
+    set_config(&r, "per_origin_bytes", "400000");
+    set_config(&r, "total_bytes", "1000000");
+    let alice_pin = init(&a, "alice", free_port());
+    let carol_pin = init(&c, "carol", free_port());
+    let edge_pin = init(&e, "edge", free_port());
+    for p in [&alice_pin, &carol_pin, &edge_pin] {
+        pin(&r, p);
+    }
+    for dir in [&a, &c] {
+        pin(dir, &relay_pin);
+        pin(dir, &via_relay(&edge_pin));
+        set_config(dir, "backoff_base_ms", "200");
+        set_config(dir, "backoff_cap_ms", "1000");
+    }
+    pin(&e, &relay_pin);
+    pin(&e, &via_relay(&alice_pin));
+    pin(&e, &via_relay(&carol_pin));
+    let mut procs = Children(vec![relay_spawn(&r), spawn(&a), spawn(&c)]);
+    linked(&a);
+    linked(&c);
+
+    for i in 0..GREEDY {
+        offer_to_edge(&a, &format!("greedy-{i:02}"), PADDING);
+    }
+    wait_for(
+        "the relay to refuse the greedy tenant",
+        Duration::from_secs(20),
+        || metric(&a, "relay_refused").is_some_and(|n| n >= 1),
+    );
+    let greedy_held = edge_entry(&r)["depth"].as_u64().unwrap_or(0);
+    for i in 0..MODEST {
+        offer_to_edge(&c, &format!("modest-{i:02}"), PADDING / 2);
+    }
+    wait_for(
+        "the other tenant's frames to be spooled",
+        Duration::from_secs(20),
+        || edge_entry(&r)["depth"].as_u64() >= Some(greedy_held + MODEST as u64),
+    );
+    let entry = edge_entry(&r);
+    eprintln!(
+        "C-PA-2: greedy tenant holds {greedy_held} frames of {GREEDY}; relay says {entry}; \
+         greedy refused {:?} times, other tenant {:?}",
+        metric(&a, "relay_refused"),
+        metric(&c, "relay_refused")
+    );
+    assert!(
+        greedy_held < GREEDY as u64 && greedy_held * (PADDING as u64) <= 400_000,
+        "{entry}"
+    );
+    assert_eq!(metric(&c, "relay_refused"), Some(0));
+    assert!(
+        entry["refused"]["origin_quota"].as_u64() >= Some(1),
+        "{entry}"
+    );
+    assert_eq!(
+        entry["refused"]["spool_full"].as_u64().unwrap_or(0),
+        0,
+        "{entry}"
+    );
+
+    // The edge comes: everything either tenant accepted is applied once.
+    procs.0.push(spawn(&e));
+    wait_for(
+        "every obligation applied at the edge",
+        Duration::from_secs(30),
+        || metric(&e, "receiver_applied") == Some((GREEDY + MODEST) as u64),
+    );
+    for (dir, prefix, n) in [(&a, "greedy", GREEDY), (&c, "modest", MODEST)] {
+        for i in 0..n {
+            let id = format!("{prefix}-{i:02}");
+            wait_for("custody to close", Duration::from_secs(10), || {
+                status(dir, &id).is_some_and(|v| v["custodian"] == "applied")
+            });
+        }
+    }
 }
