@@ -10,6 +10,8 @@
 //!   (C-PA-2).
 //! * Plaintext transports off loopback are refused at start with a clear
 //!   error unless the config allows them explicitly (C-PA-3).
+//! * The `[mcp]` section narrows what the stdio client of `abhyasa mcp`
+//!   may govern at its guard (C-AZ-1).
 #![allow(clippy::unwrap_used)]
 
 mod process;
@@ -550,4 +552,170 @@ fn c_pa_2_greedy_tenant_cannot_fill_the_relay_spool() {
             });
         }
     }
+}
+
+/// `abhyasa mcp` on stdio, spoken to line by line (JSON-RPC).
+struct McpStdio {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl McpStdio {
+    fn spawn(args: &[&str]) -> Self {
+        let mut child = std::process::Command::new(process::BIN)
+            .arg("mcp")
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("abhyasa mcp runs");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut s = Self {
+            child,
+            stdin,
+            stdout,
+        };
+        let init = s.request(
+            0,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "attacks", "version": "0"},
+            }),
+        );
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, v: &Value) {
+        use std::io::Write as _;
+        let mut line = v.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        use std::io::BufRead as _;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "abhyasa mcp closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line).expect("a JSON-RPC line");
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+}
+
+impl Drop for McpStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const ENVELOPE_KEY: &str = "io.github.ravikiran438/abhyasa";
+
+/// Calls the ungoverned `check_admissibility` with `ob` in the custody
+/// envelope of `_meta`; returns the guard's ack.
+fn envelope_ack(mcp: &mut McpStdio, id: u64, ob: &Value) -> Value {
+    let r = mcp.request(
+        id,
+        "tools/call",
+        json!({
+            "name": "check_admissibility",
+            "arguments": {"obligation": ob},
+            "_meta": {ENVELOPE_KEY: {"obligation": ob}},
+        }),
+    );
+    r["result"]["_meta"][ENVELOPE_KEY]["ack"].clone()
+}
+
+fn to_guard(id: &str, kind: &str, payload: Value) -> Value {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    json!({
+        "obligation_id": id,
+        "kind": kind,
+        "target": "mcp-server",
+        "payload": payload,
+        "deadline_seconds": 600,
+        "max_retries": 20,
+        "created_at": abhyasa_core::Timestamp::from_unix_seconds(i64::try_from(secs).unwrap())
+            .to_rfc3339(),
+    })
+}
+
+// C-AZ-1 (processes): the `[mcp]` section of the node directory narrows
+// what the stdio client of `abhyasa mcp --agent …` may govern at the
+// guard; an envelope outside it is acked declined `unauthorized` and not
+// applied, one inside it is applied.
+#[test]
+fn c_az_1_mcp_guard_declines_what_the_mcp_section_does_not_allow() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("server");
+    init(&dir, "mcp-server", free_port());
+    append(
+        &dir,
+        "\n[mcp]\nkinds = [\"anumati.consent\"]\nkeys = [\"anumati.consent/mcp-server/scope:email.\"]\n",
+    );
+    let store = root.path().join("guard.redb");
+    let mut mcp = McpStdio::spawn(&[
+        "--dir",
+        d(&dir),
+        "--agent",
+        "mcp-server",
+        "--custodian",
+        "alice",
+        "--guard-store",
+        d(&store),
+        "--require",
+        r#"run_custody_transfer=anumati.consent:{"scope":"sim.run"}"#,
+    ]);
+    let revoke = |id: &str, scope: &str| {
+        to_guard(
+            id,
+            "anumati.consent",
+            json!({"decision": "revoke", "scope": scope}),
+        )
+    };
+    let outside_keys = envelope_ack(&mut mcp, 1, &revoke("r-sim", "sim.run"));
+    assert_eq!(outside_keys["status"], "declined", "{outside_keys}");
+    assert_eq!(outside_keys["reason"], "unauthorized", "{outside_keys}");
+    let outside_kinds = envelope_ack(
+        &mut mcp,
+        2,
+        &to_guard(
+            "t-1",
+            "oauth.token",
+            json!({"action": "revoke", "token_id": "t1"}),
+        ),
+    );
+    assert_eq!(outside_kinds["status"], "declined", "{outside_kinds}");
+    assert_eq!(outside_kinds["reason"], "unauthorized", "{outside_kinds}");
+    let inside = envelope_ack(&mut mcp, 3, &revoke("r-mail", "email.read"));
+    assert_eq!(inside["status"], "applied", "{inside}");
+    // The declined revoke did not withdraw the tool: it still runs.
+    let sim = mcp.request(
+        4,
+        "tools/call",
+        json!({
+            "name": "run_custody_transfer",
+            "arguments": {"obligation": to_guard("x", "anumati.consent", json!({"decision": "revoke", "scope": "s"}))},
+        }),
+    );
+    assert_ne!(sim["result"]["isError"], true, "{sim}");
 }
