@@ -10,6 +10,9 @@
 //!   (C-PA-2).
 //! * Plaintext transports off loopback are refused at start with a clear
 //!   error unless the config allows them explicitly (C-PA-3).
+//! * Half-open and anonymous QUIC handshakes cannot keep a pinned peer
+//!   out of a node's QUIC listener, and its control socket answers
+//!   throughout (C-PA-1).
 //! * The `[mcp]` section narrows what the stdio client of `abhyasa mcp`
 //!   may govern at its guard (C-AZ-1).
 #![allow(clippy::unwrap_used)]
@@ -718,4 +721,215 @@ fn c_az_1_mcp_guard_declines_what_the_mcp_section_does_not_allow() {
         }),
     );
     assert_ne!(sim["result"]["isError"], true, "{sim}");
+}
+
+/// `abhyasa node run` under `prlimit --nofile=N:N`.
+fn spawn_limited(dir: &Path, nofile: u32) -> std::process::Child {
+    std::process::Command::new("prlimit")
+        .arg(format!("--nofile={nofile}:{nofile}"))
+        .arg(process::BIN)
+        .args(["node", "run", "--dir", d(dir)])
+        .env("RUST_LOG", process::node_log_level())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("prlimit runs the abhyasa binary")
+}
+
+/// A QUIC client config with a fresh identity no node pins, expecting
+/// the node's certificate `fingerprint` (as a pinned peer would).
+fn anonymous_quic_client(node: &str, fingerprint: &str) -> quinn::ClientConfig {
+    let me =
+        abhyasa_quic::generate_identity(&abhyasa_core::AgentId::new("stranger").unwrap()).unwrap();
+    let tls = abhyasa_quic::dangerous_pinned_client_tls(
+        &me,
+        &abhyasa_core::AgentId::new(node).unwrap(),
+        fingerprint.parse().unwrap(),
+        vec![b"abhyasa/1".to_vec()],
+    )
+    .unwrap();
+    quinn::ClientConfig::new(std::sync::Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ))
+}
+
+fn fingerprint_of(snippet: &str) -> String {
+    snippet
+        .lines()
+        .find_map(|l| l.strip_prefix("fingerprint = \""))
+        .and_then(|f| f.strip_suffix('"'))
+        .expect("a fingerprint line")
+        .to_string()
+}
+
+/// Half-open QUIC handshakes: from each source address, through a black
+/// hole that forwards the client's datagrams to `to` and drops every
+/// answer, a new handshake every 25 ms until `stop`. Returns how many
+/// were started.
+async fn half_open_flood(
+    to: SocketAddr,
+    sources: Vec<std::net::Ipv4Addr>,
+    cfg: quinn::ClientConfig,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
+    use std::sync::atomic::Ordering;
+    let mut tasks = Vec::new();
+    for src in sources {
+        let hole_in = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let hole_out = std::sync::Arc::new(
+            tokio::net::UdpSocket::bind(SocketAddr::from((src, 0)))
+                .await
+                .unwrap(),
+        );
+        let hole_addr = hole_in.local_addr().unwrap();
+        let out = hole_out.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, _)) = hole_in.recv_from(&mut buf).await {
+                let _ = out.send_to(&buf[..n], to).await;
+            }
+        });
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while hole_out.recv_from(&mut buf).await.is_ok() {}
+        });
+        let (cfg, stop) = (cfg.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let ep = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+            let mut started = 0;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(c) =
+                    ep.connect_with(cfg.clone(), hole_addr, abhyasa_quic::PINNED_SERVER_NAME)
+                {
+                    started += 1;
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            started
+        }));
+    }
+    let mut started = 0;
+    for t in tasks {
+        started += t.await.unwrap();
+    }
+    started
+}
+
+// C-PA-1 on the QUIC listener: a node (max_handshakes = 8, under a
+// 256-descriptor limit) is flooded with half-open handshakes from four
+// source addresses whose answers go nowhere, kept up for the whole test,
+// and with anonymous handshakes (a certificate nobody pins) from a fifth.
+// The anonymous ones are refused; the half-open ones cannot hold the
+// slots (unvalidated sources are sent a Retry once a quarter of the slots
+// are in use); the control socket answers throughout; alice, started
+// during the flood, connects and gets her obligation applied.
+#[test]
+fn c_pa_1_quic_flood_is_bounded_and_the_pinned_peer_gets_in() {
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("alice"), root.path().join("bob"));
+    let b_port = free_port();
+    let snip_a = init(&a, "alice", free_port());
+    let snip_b = init(&b, "bob", b_port);
+    pin(&a, &snip_b);
+    // Accept-only: bob never dials alice, so alice's link is one of the
+    // handshakes bob's listener admits.
+    let accept_only: String = snip_a
+        .lines()
+        .filter(|l| !l.starts_with("addr = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    pin(&b, &accept_only);
+    append(
+        &b,
+        "\n[limits]\nmax_handshakes = 8\nmax_handshakes_per_source = 4\n",
+    );
+    set_config(&a, "backoff_base_ms", "200");
+    set_config(&a, "backoff_cap_ms", "1000");
+    let mut procs = Children(vec![spawn_limited(&b, 256)]);
+    wait_for("bob's control socket", Duration::from_secs(20), || {
+        metric(&b, "pending").is_some()
+    });
+
+    let to = SocketAddr::from(([127, 0, 0, 1], b_port));
+    let cfg = anonymous_quic_client("bob", &fingerprint_of(&snip_b));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sources = (0..4)
+        .map(|i| std::net::Ipv4Addr::new(127, 0, 3, 2 + i))
+        .collect();
+    let flood = rt.spawn(half_open_flood(to, sources, cfg.clone(), stop.clone()));
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Anonymous full handshakes are refused.
+    let refused = rt.block_on(async {
+        let ep = quinn::Endpoint::client(SocketAddr::from(([127, 0, 4, 2], 0))).unwrap();
+        let mut refused = 0;
+        for _ in 0..10 {
+            let c = ep
+                .connect_with(cfg.clone(), to, abhyasa_quic::PINNED_SERVER_NAME)
+                .unwrap();
+            let conn = tokio::time::timeout(Duration::from_secs(5), async {
+                let conn = c.await?;
+                // A server that took the certificate would keep the
+                // connection; one that refused it closes it.
+                Ok::<_, quinn::ConnectionError>(conn.closed().await)
+            })
+            .await;
+            if matches!(conn, Ok(Err(_)) | Ok(Ok(_))) {
+                refused += 1;
+            }
+        }
+        refused
+    });
+    assert_eq!(refused, 10, "anonymous QUIC handshakes were kept");
+    assert!(
+        control_answers(&b),
+        "the control socket did not answer during the flood"
+    );
+
+    procs.0.push(process::spawn(&a));
+    wait_for("alice's control socket", Duration::from_secs(20), || {
+        metric(&a, "pending").is_some()
+    });
+    let sent = json(&[
+        "send",
+        "--dir",
+        d(&a),
+        "--kind",
+        "anumati.consent",
+        "--target",
+        "bob",
+        "--payload",
+        r#"{"decision": "revoke", "scope": "email.read"}"#,
+        "--deadline",
+        "15",
+        "--id",
+        "during-quic-flood",
+        "--wait",
+        "--json",
+    ]);
+    assert!(control_answers(&b), "the control socket stopped answering");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let started = rt.block_on(flood).unwrap();
+    eprintln!("C-PA-1 QUIC: {started} half-open handshakes started, 10 anonymous refused; {sent}");
+    assert_eq!(sent["outcome"]["state"], "applied", "{sent}");
+    assert_eq!(metric(&b, "receiver_applied"), Some(1));
+}
+
+fn control_answers(dir: &Path) -> bool {
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(dir.join("control.sock")) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = std::io::Write::write_all(&mut s, b"{\"op\": \"metrics\"}\n");
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line);
+    serde_json::from_str::<Value>(&line).is_ok_and(|v| v["ok"] == true)
 }
