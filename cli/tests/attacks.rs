@@ -259,33 +259,48 @@ fn c_or_2_held_sequenced_grant_after_revoke_without_sequence_is_superseded() {
     reorder_attack(Some("5"));
 }
 
-/// Runs `abhyasa ARGS --dir DIR` and waits up to 10 s: `Some(stderr)` if
-/// it exited (refused), `None` if it was still running (then killed).
-fn refused_at_start(args: &[&str], dir: &Path) -> Option<String> {
-    let mut child = std::process::Command::new(process::BIN)
+fn start_at(args: &[&str], dir: &Path) -> std::process::Child {
+    std::process::Command::new(process::BIN)
         .args(args)
         .args(["--dir", d(dir)])
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("abhyasa runs");
+        .expect("abhyasa runs")
+}
+
+/// Runs `abhyasa ARGS --dir DIR`, which must exit non-zero within 10 s
+/// (refusing to start); returns what it printed on stderr.
+fn refused_at_start(args: &[&str], dir: &Path) -> String {
+    let mut child = start_at(args, dir);
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
         if let Some(st) = child.try_wait().expect("wait") {
             let mut err = String::new();
             std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
             assert!(!st.success(), "exited 0 instead of refusing: {err}");
-            return Some(err);
-        }
-        if Control::connect(dir).is_ok() || relay_status(dir).is_some() {
-            break;
+            return err;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    None
+    panic!("abhyasa {args:?} did not refuse to start");
+}
+
+/// Runs `abhyasa ARGS --dir DIR`, which must serve (its control socket
+/// or relay status answers) and still run half a second later.
+fn serves(args: &[&str], dir: &Path) {
+    let mut child = Children(vec![start_at(args, dir)]);
+    wait_for("it to serve", Duration::from_secs(10), || {
+        metric(dir, "pending").is_some() || relay_status(dir).is_some()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.0[0].try_wait().unwrap().is_none(),
+        "abhyasa {args:?} stopped"
+    );
 }
 
 fn append(dir: &Path, text: &str) {
@@ -310,17 +325,14 @@ fn c_pa_3_node_refuses_plaintext_ws_off_loopback_unless_allowed() {
         .chain(["transport = \"ws\"\nurl = \"ws://192.0.2.7:9/\"\n".into()])
         .collect();
     pin(&a, &over_ws);
-    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    let err = refused_at_start(&["node", "run"], &a);
     assert!(
         err.contains("refusing plaintext ws:// on ws://192.0.2.7:9/"),
         "{err}"
     );
     append(&a, "\n[limits]\nallow_plaintext_ws = true\n");
-    assert_eq!(
-        refused_at_start(&["node", "run"], &a),
-        None,
-        "allowed explicitly, the node serves"
-    );
+    // Allowed explicitly, the node serves.
+    serves(&["node", "run"], &a);
 }
 
 // C-PA-3 (processes): plain HTTP to a peer off loopback is refused at
@@ -343,14 +355,14 @@ fn c_pa_3_node_refuses_plain_http_off_loopback() {
         free_tcp_port()
     );
     std::fs::write(a.join("config.toml"), config.clone() + &http + &over_http).unwrap();
-    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    let err = refused_at_start(&["node", "run"], &a);
     assert!(
         err.contains("plain http is allowed only to a loopback host"),
         "{err}"
     );
     let http = "\n[http]\nlisten = \"0.0.0.0:1\"\nplain_http_loopback = true\n";
     std::fs::write(a.join("config.toml"), config + http).unwrap();
-    let err = refused_at_start(&["node", "run"], &a).expect("the node refuses to start");
+    let err = refused_at_start(&["node", "run"], &a);
     assert!(
         err.contains("plain HTTP is served only on loopback, not 0.0.0.0:1"),
         "{err}"
@@ -392,7 +404,7 @@ fn c_pa_3_relay_refuses_plaintext_ws_listener_off_loopback_unless_allowed() {
         &format!("127.0.0.1:{port}"),
     ]);
     set_config(&r, "ws_listen", &format!("\"0.0.0.0:{port}\""));
-    let err = refused_at_start(&["relay", "run"], &r).expect("the relay refuses to start");
+    let err = refused_at_start(&["relay", "run"], &r);
     assert!(err.contains("plaintext"), "{err}");
     let config = std::fs::read_to_string(r.join("config.toml")).unwrap();
     let allowed = if config.contains("allow_plaintext_ws = ") {
@@ -401,11 +413,8 @@ fn c_pa_3_relay_refuses_plaintext_ws_listener_off_loopback_unless_allowed() {
         format!("allow_plaintext_ws = true\n{config}")
     };
     std::fs::write(r.join("config.toml"), allowed).unwrap();
-    assert_eq!(
-        refused_at_start(&["relay", "run"], &r),
-        None,
-        "allowed explicitly, the relay serves"
-    );
+    // Allowed explicitly, the relay serves.
+    serves(&["relay", "run"], &r);
 }
 
 fn relay_init_quic(dir: &Path, port: u16) -> String {
