@@ -48,6 +48,10 @@
 //! max_handshakes_per_source = 8   # of those, from one address (an IPv4 address or an IPv6 /64)
 //! allow_plaintext_ws = false      # allow ws:// peer URLs whose host is not loopback
 //!
+//! [mcp]                           # optional: what `abhyasa mcp --custodian C` lets C govern
+//! kinds = ["anumati.consent"]     # optional: the kinds C may issue to the guard (default: every kind)
+//! keys = ["anumati.consent/mcp-server/scope:"] # optional: key prefixes C may govern (default: every key)
+//!
 //! [[peers]]
 //! agent = "bob"
 //! fingerprint = "3f…"             # SHA-256 of bob's certificate (hex)
@@ -151,8 +155,22 @@ pub(crate) struct NodeConfig {
     pub(crate) http: Option<HttpSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) limits: Option<LimitsSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mcp: Option<McpSection>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) peers: Vec<PeerConfig>,
+}
+
+/// The `[mcp]` section: what the stdio client of `abhyasa mcp --agent …`
+/// (its `--custodian`) may govern at the MCP guard, as a peer's `kinds`
+/// and `keys` narrow what it may issue to the node (C-AZ-1).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kinds: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) keys: Option<Vec<String>>,
 }
 
 /// The `[http]` section: serve the A2A HTTP binding beside QUIC.
@@ -209,6 +227,29 @@ fn d_max_handshakes() -> usize {
 }
 fn d_max_handshakes_per_source() -> usize {
     abhyasa_transport::limit::DEFAULT_MAX_HANDSHAKES_PER_SOURCE
+}
+
+/// A `kinds` list (`[[peers]]`, `[mcp]`) as kinds; `key` names it in the
+/// error.
+fn checked_kinds(kinds: Option<&[String]>, key: &str) -> Result<Option<Vec<Kind>>, String> {
+    kinds
+        .map(|ks| {
+            ks.iter()
+                .map(|k| Kind::new(k).map_err(|e| format!("config.toml: key `{key}`: {e}")))
+                .collect()
+        })
+        .transpose()
+}
+
+/// A `keys` list of governed-key prefixes: none may be empty (it would
+/// match every key).
+fn checked_key_prefixes(keys: Option<&[String]>, key: &str) -> Result<(), String> {
+    match keys.into_iter().flatten().find(|k| k.is_empty()) {
+        Some(empty) => Err(format!(
+            "config.toml: key `{key}`: {empty:?}: an empty prefix would match every key; omit keys instead"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// One `[[peers]]` entry.
@@ -372,6 +413,8 @@ pub(crate) struct Resolved {
     pub(crate) peers: Vec<Peer>,
     pub(crate) http: Option<HttpServe>,
     pub(crate) limits: LimitsSection,
+    /// The `[mcp]` section as the MCP guard's policy for its custodian.
+    pub(crate) mcp: Option<abhyasa_core::custody::PeerPolicy>,
 }
 
 impl NodeConfig {
@@ -601,21 +644,8 @@ impl NodeConfig {
                     "a relay carries QUIC and WebSocket peers, not http ones".into(),
                 ));
             }
-            let kinds = p
-                .kinds
-                .as_ref()
-                .map(|ks| {
-                    ks.iter()
-                        .map(|k| Kind::new(k).map_err(|e| bad(&key("kinds"), e.to_string())))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .transpose()?;
-            if let Some(empty) = p.keys.iter().flatten().find(|k| k.is_empty()) {
-                return Err(bad(
-                    &key("keys"),
-                    format!("{empty:?}: an empty prefix would match every key; omit keys instead"),
-                ));
-            }
+            let kinds = checked_kinds(p.kinds.as_deref(), &key("kinds"))?;
+            checked_key_prefixes(p.keys.as_deref(), &key("keys"))?;
             let named_as_relay = self
                 .peers
                 .iter()
@@ -634,6 +664,18 @@ impl NodeConfig {
                 },
             });
         }
+        let mcp = match &self.mcp {
+            None => None,
+            Some(m) => {
+                let kinds = checked_kinds(m.kinds.as_deref(), "mcp.kinds")?;
+                checked_key_prefixes(m.keys.as_deref(), "mcp.keys")?;
+                Some(abhyasa_core::custody::PeerPolicy {
+                    relay: false,
+                    kinds,
+                    keys: m.keys.clone(),
+                })
+            }
+        };
         let http = match &self.http {
             None => None,
             Some(h) => {
@@ -730,6 +772,7 @@ impl NodeConfig {
             peers,
             http,
             limits: self.limits.clone().unwrap_or_default(),
+            mcp,
             raw: self,
         })
     }
@@ -1076,6 +1119,8 @@ mod tests {
             ("[http]\nlisten = \"nowhere\"\n".to_string(), "http.listen"),
             (format!("[http]\nlisten = \"127.0.0.1:1\"\nbearer_only = [\"b\"]\n[[peers]]\nagent = \"b\"\nfingerprint = \"{fp}\"\ntransport = \"http\"\nurl = \"https://x\"\n"), "http.bearer_only[0]"),
             ("[http]\nlisten = \"127.0.0.1:1\"\nhandshake_timeout_ms = 0\n".to_string(), "http.handshake_timeout_ms"),
+            ("[mcp]\nkinds = [\"\"]\n".to_string(), "mcp.kinds"),
+            ("[mcp]\nkeys = [\"\"]\n".to_string(), "mcp.keys"),
         ] {
             let e = load(&extra).expect_err(&extra);
             assert!(e.contains(&format!("`{key}`")), "{extra}: {e}");

@@ -87,7 +87,7 @@ pub fn run() -> ExitCode {
         Command::Card(a) => cmd::client::card(a),
         Command::Store(c) => cmd::store::run(c),
         Command::Relay(c) => cmd::relay::run(c),
-        Command::Mcp(a) => a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket)),
+        Command::Mcp(a) => mcp(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -96,4 +96,13 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `abhyasa mcp`. The guard's policy for its custodian is the `[mcp]`
+/// section of the node directory's config, when there is one.
+fn mcp(mut a: abhyasa_mcp::McpArgs) -> Result<(), String> {
+    if a.agent.is_some() && a.socket.is_none() && a.dir.join(config::CONFIG_FILE).exists() {
+        a.authority = config::NodeConfig::load(&a.dir)?.mcp;
+    }
+    a.run(|dir| config::NodeConfig::load(dir).map(|c| c.socket))
 }

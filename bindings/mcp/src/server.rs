@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use abhyasa_core::custody::{AuthorityPolicy, PeerPolicy};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::AgentId;
 
@@ -56,6 +57,13 @@ pub struct McpArgs {
     /// e.g. 'send_obligation=anumati.consent:{"scope":"abhyasa.send"}'.
     #[arg(long, requires = "agent")]
     pub require: Vec<String>,
+    /// With --agent: what the custodian may govern at the guard (C-AZ-1):
+    /// the kinds and governed-key prefixes it may issue. `None`: every
+    /// kind and key, held under the custodian's identity. Set by the
+    /// embedding command (`abhyasa mcp` reads it from the node
+    /// directory's `[mcp]` section), not a flag.
+    #[arg(skip)]
+    pub authority: Option<PeerPolicy>,
 }
 
 /// Adds one `--require TOOL=KIND:SELECTOR` to `policy` (the tool must be
@@ -111,6 +119,14 @@ impl McpArgs {
                     system_now(),
                 )
                 .map_err(|e| format!("guard: {e}"))?;
+                let receiver = match &self.authority {
+                    Some(p) => {
+                        let mut authority = AuthorityPolicy::default();
+                        authority.set_peer(custodian.clone(), p.clone());
+                        receiver.with_authority(authority)
+                    }
+                    None => receiver,
+                };
                 Some(Guarded::new(
                     server.clone(),
                     policy,

@@ -5,6 +5,7 @@
 
 pub(crate) mod custody;
 pub(crate) mod relay;
+pub(crate) mod wsproxy;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixStream;
