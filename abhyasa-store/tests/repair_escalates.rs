@@ -136,3 +136,30 @@ fn c_sd_4_a_repair_hands_unprovable_custody_to_a_store_damaged_escalation() {
         "the close is in the event log"
     );
 }
+
+// C-SD-2: a redb database is a single file; a missing one is refused (its
+// `.created` marker says it existed), never opened as a new, empty store.
+#[test]
+fn c_sd_2_a_missing_redb_file_is_refused_not_made_new() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("store.redb");
+    {
+        let mut s = abhyasa_store::RedbStore::open(&path).unwrap();
+        let mut c = Custodian::new(custodian_config(), PolarityRegistry::standard());
+        c.offer(EPOCH, phala("ob-1", -0.3)).unwrap();
+        let b = c.poll_records().unwrap();
+        let _ = s.commit(EPOCH, &[&b.records]).unwrap();
+    }
+    std::fs::remove_file(&path).unwrap();
+    let err = abhyasa_store::RedbStore::open(&path)
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, abhyasa_core::store::StoreError::Damaged { .. }),
+        "{err}"
+    );
+    assert!(!path.exists(), "no new database was made");
+    // Where none ever was, a store is created.
+    let fresh = tmp.path().join("other.redb");
+    assert!(abhyasa_store::RedbStore::open(&fresh).is_ok());
+}
