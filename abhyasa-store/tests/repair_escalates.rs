@@ -151,9 +151,7 @@ fn c_sd_2_a_missing_redb_file_is_refused_not_made_new() {
         let _ = s.commit(EPOCH, &[&b.records]).unwrap();
     }
     std::fs::remove_file(&path).unwrap();
-    let err = abhyasa_store::RedbStore::open(&path)
-        .err()
-        .expect("refused");
+    let err = abhyasa_store::RedbStore::open(&path).expect_err("refused");
     assert!(
         matches!(err, abhyasa_core::store::StoreError::Damaged { .. }),
         "{err}"

@@ -173,7 +173,8 @@ fn every_fault_on_fjall_redb_and_sled_is_refused_or_accounted_for() {
             .expect("a file");
         let rel = big.strip_prefix(tmp.path()).expect("inside").to_path_buf();
         type Inject = Box<dyn Fn(&Path)>;
-        let rw = |f: Box<dyn Fn(&mut Vec<u8>)>| -> Inject {
+        type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+        let rw = |f: Edit| -> Inject {
             Box::new(move |p: &Path| {
                 let mut v = std::fs::read(p).expect("read");
                 f(&mut v);
