@@ -143,6 +143,13 @@ pub mod fuzzing {
     pub fn log_store_decode(data: &[u8]) -> Result<(), String> {
         crate::log_store::decode_all(data)
     }
+
+    /// How many commits `data` replays as the newest log of generation 0,
+    /// for a node's open: `Err` on any damage or a torn tail. What a seed
+    /// of the `log_store_decode` corpus must pass to count as valid.
+    pub fn log_store_commits(data: &[u8]) -> Result<usize, String> {
+        crate::log_store::count_commits(data)
+    }
 }
 
 /// Creates a new database at `path` (a file or a directory) under a

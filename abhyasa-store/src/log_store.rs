@@ -1914,6 +1914,29 @@ fn copy_aside(dir: &Path, aside: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// [`crate::fuzzing::log_store_commits`]: `data` replayed as the newest
+/// log of generation 0 in a node's open.
+pub(crate) fn count_commits(data: &[u8]) -> Result<usize, String> {
+    let mut found = Found {
+        mode: Mode::Open,
+        damage: Vec::new(),
+        salvaged: Vec::new(),
+    };
+    let mut t = empty_tables();
+    let (end, torn, ..) =
+        replay_v2("log-0", 0, data, true, &mut t, &mut found).map_err(|e| e.to_string())?;
+    if torn.is_some() {
+        return Err(format!("a torn write at {end}"));
+    }
+    let mut n = 0;
+    let mut at = LOG_HEADER;
+    while let Some((_, next)) = log_record::record_at(data, 0, at) {
+        n += 1;
+        at = next;
+    }
+    Ok(n)
+}
+
 /// Decodes `data` as every file the log store reads back: a log of
 /// either version (the newest and an older one; for a node's open and for
 /// a check) and a snapshot (strictly and salvaged). Every error must be
