@@ -125,6 +125,9 @@ const META_NEXT_EVENT: &[u8] = b"next_event";
 /// `damaged.<id>`: a pending transfer a repair salvaged from damaged
 /// bytes and could not prove (C-SD-4); see [`hand_over_damaged`].
 const META_DAMAGED: &[u8] = b"damaged.";
+/// When a repair last read around damage: the receiver declines what it
+/// does not hold that was created before (`ReceiverSnapshot::damaged_before`).
+const META_RECEIVER_DAMAGED: &[u8] = b"receiver_damaged_before";
 
 /// A write transaction: reads see the transaction's own writes; nothing is
 /// visible to others or durable until the backend commits it.
@@ -849,6 +852,16 @@ pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
         }
     }
     c.damaged = damaged(v)?;
+    r.damaged_before = match v.get(Table::Meta, META_RECEIVER_DAMAGED)? {
+        None => None,
+        Some(b) => {
+            let micros = parse_u64_key("meta", &b)
+                .map_err(|_| corrupt("meta", META_RECEIVER_DAMAGED, "not 8 bytes"))?;
+            Some(Timestamp::from_unix_micros(
+                i64::try_from(micros).unwrap_or(i64::MAX),
+            ))
+        }
+    };
     Ok(DurableState {
         custodian: c,
         receiver: r,
@@ -904,6 +917,15 @@ pub(crate) fn hand_over_damaged(
         txn.put(Table::Meta, &k, &[1])?;
     }
     Ok(ids)
+}
+
+/// Records that a repair read around damage at `now`: receiver rows
+/// (ledger entries, key sequences, effects) may be gone with it, so the
+/// receiver declines what it does not hold that was created before
+/// (`ReceiverSnapshot::damaged_before`, C-SD-4).
+pub(crate) fn mark_receiver_damaged(txn: &mut dyn Txn, now: Timestamp) -> Result<(), StoreError> {
+    let micros = u64::try_from(now.unix_micros()).unwrap_or(0);
+    txn.put(Table::Meta, META_RECEIVER_DAMAGED, &u64_key(micros))
 }
 
 /// A pending row salvaged from damaged bytes: its value decodes whole and

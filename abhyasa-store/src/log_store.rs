@@ -1134,11 +1134,10 @@ impl LogStore {
                     .find_map(|(k, v)| engine::salvage_pending(k, v))
             })
             .collect();
-        let escalated = if salvaged.is_empty() {
-            Vec::new()
-        } else {
-            self.transact(|t| engine::hand_over_damaged(t, now, salvaged))?
-        };
+        let escalated = self.transact(|t| {
+            engine::mark_receiver_damaged(t, now)?;
+            engine::hand_over_damaged(t, now, salvaged)
+        })?;
         let lost = lost
             .into_iter()
             .filter(|id| !escalated.contains(id))

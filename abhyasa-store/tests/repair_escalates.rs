@@ -83,6 +83,9 @@ fn c_sd_4_a_repair_hands_unprovable_custody_to_a_store_damaged_escalation() {
     let mut s = LogStore::open(&dir).unwrap();
     let state = s.load().unwrap();
     assert!(state.custodian.damaged.contains(&oid(&id(5))));
+    // Receiver rows may be gone with the damaged commits: the receiver
+    // declines what it does not hold that was created before the repair.
+    assert_eq!(state.receiver.damaged_before, Some(EPOCH));
     let mut c2 = Custodian::restore_owned(
         custodian_config(),
         PolarityRegistry::standard(),

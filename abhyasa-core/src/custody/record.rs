@@ -420,6 +420,11 @@ pub struct ReceiverSnapshot {
     pub effects: BTreeMap<String, EffectValue>,
     /// Intents recorded, by (custodian, id).
     pub intents: HashMap<(AgentId, ObligationId), IntentRecord>,
+    /// Set by a store repair that read around damage (C-SD-4): ledger
+    /// entries may be gone, so the receiver declines, rather than applies,
+    /// an obligation it does not hold that was created at or before this
+    /// instant (it cannot rule out having applied it).
+    pub damaged_before: Option<Timestamp>,
 }
 
 impl ReceiverSnapshot {
