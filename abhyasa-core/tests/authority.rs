@@ -363,6 +363,7 @@ fn c_az_2_issuer_less_keys_from_an_older_build_load() {
         key_sequences,
         effects,
         intents: HashMap::new(),
+        damaged_before: None,
     };
     let mut r = Receiver::restore(
         receiver_config(),

@@ -750,6 +750,56 @@ fn c_ab2_3_restore_resumes_remaining_window() {
     assert_eq!(e.attempts, 15);
 }
 
+// C-SD-4 (core): custody a store repair could not prove is escalated at
+// the first timeout after the restart, cause `store_damaged`, with its
+// fail-safe applied through a committed close: never resumed, never absent.
+#[test]
+fn c_sd_4_custody_a_repair_could_not_prove_escalates_store_damaged() {
+    let mut d = Duo::new();
+    let ob = corrective("ob-1", -0.5);
+    let kept = corrective("ob-2", -0.25);
+    d.c.offer(T0, ob.clone()).unwrap();
+    d.c.offer(T0, kept.clone()).unwrap();
+    let b = d.c.poll_records().unwrap();
+    let mut snap = CustodianSnapshot::default();
+    b.records.iter().for_each(|r| snap.apply(r));
+    snap.damaged.insert(ob.id().clone());
+    // A damaged id that is not pending (already closed) changes nothing.
+    snap.damaged
+        .insert(abhyasa_core::ObligationId::new("ob-gone").unwrap());
+    let mut c2 = Custodian::restore(custodian_config(), PolarityRegistry::standard(), &snap);
+    let now = at(2.0);
+    assert!(c2.poll_timeout().unwrap() <= now, "due at once");
+    c2.handle_timeout(now);
+    let b = c2.poll_records().expect("the close is committed first");
+    let closes: Vec<_> = b
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::CustodyClosed(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closes.len(), 1, "only the damaged one closes");
+    let e = closes[0].escalation.clone().unwrap();
+    assert_eq!(e.obligation_id, *ob.id());
+    assert_eq!(e.cause, EscalationCause::StoreDamaged);
+    assert_eq!(e.trigger, EscalationTrigger::StoreRepair);
+    assert_eq!(e.cause.to_string(), "store_damaged");
+    assert_eq!(e.guard, GuardOutcome::Applied);
+    assert!(!closes[0].principal.is_empty(), "the fail-safe is written");
+    c2.handle_committed(b.token());
+    assert_eq!(
+        c2.terminal(ob.id()).unwrap().state,
+        TerminalState::Escalated
+    );
+    assert_eq!(c2.stats().escalated, 1);
+    let wkey = GovernedKey::new("phala.belief_update/receiver/weight:routing.receiver.preference")
+        .unwrap();
+    assert!((c2.principal().weight(&wkey) - 0.5).abs() < 1e-12);
+    assert!(c2.is_pending(kept.id()), "the proven one resumes");
+}
+
 // C-AB4-3 (core): recovery into a still-dead link escalates with the fail-safe.
 #[test]
 fn c_ab4_3_recovery_into_dead_link_escalates() {

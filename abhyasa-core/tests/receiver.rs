@@ -646,3 +646,43 @@ fn compaction_keeps_redelivery_safe() {
     );
     assert_eq!(count.get(), 1);
 }
+
+// C-SD-4 (receiver): after a repair that read around damage, ledger entries
+// may be gone; an obligation the receiver does not hold that was created
+// at or before the repair is declined (`policy`, "store_damaged"), never
+// applied a second time; one created after it is applied as usual.
+#[test]
+fn c_sd_4_after_a_repair_an_unheld_older_obligation_is_declined_not_reapplied() {
+    let restored = |damaged_before| {
+        let snap = ReceiverSnapshot {
+            damaged_before: Some(damaged_before),
+            ..ReceiverSnapshot::default()
+        };
+        Receiver::restore(receiver_config(), PolarityRegistry::standard(), &snap, T0)
+    };
+    let cid = agent("custodian");
+    let (count, mut applier) = counting();
+    let mut r = restored(T0);
+    let got = r.handle_obligation(at(1.0), &cid, revoke("ob-1", "s"), applier.as_mut());
+    assert_eq!(got, Received::Declined(DeclineReason::Policy));
+    assert_eq!(count.get(), 0, "never applied");
+    let ack = std::iter::from_fn(|| r.poll_transmit())
+        .find_map(|t| match t.message {
+            Message::Acks(a) => a.into_iter().next(),
+            _ => None,
+        })
+        .expect("a decline is sent");
+    assert_eq!(ack.status, AckStatus::Declined);
+    assert!(
+        ack.detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("store_damaged"),
+        "{ack:?}"
+    );
+
+    // Repaired before the obligation was created: nothing to rule out.
+    let mut r = restored(abhyasa_core::Timestamp::from_unix_seconds(1_779_999_990));
+    r.handle_obligation(at(1.0), &cid, revoke("ob-1", "s"), applier.as_mut());
+    assert_eq!(count.get(), 1, "applied once");
+}

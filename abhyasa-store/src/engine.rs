@@ -122,6 +122,12 @@ pub(crate) const META_FORMAT: &[u8] = b"format_version";
 const META_INDEX_STALE: &[u8] = b"index_stale";
 /// Meta key of the next event id (`u64`, big-endian).
 const META_NEXT_EVENT: &[u8] = b"next_event";
+/// `damaged.<id>`: a pending transfer a repair salvaged from damaged
+/// bytes and could not prove (C-SD-4); see [`hand_over_damaged`].
+const META_DAMAGED: &[u8] = b"damaged.";
+/// When a repair last read around damage: the receiver declines what it
+/// does not hold that was created before (`ReceiverSnapshot::damaged_before`).
+const META_RECEIVER_DAMAGED: &[u8] = b"receiver_damaged_before";
 
 /// A write transaction: reads see the transaction's own writes; nothing is
 /// visible to others or durable until the backend commits it.
@@ -845,11 +851,90 @@ pub(crate) fn load(v: &dyn View) -> Result<DurableState, StoreError> {
             crate::witness::verify(v, t, found)?;
         }
     }
+    c.damaged = damaged(v)?;
+    r.damaged_before = match v.get(Table::Meta, META_RECEIVER_DAMAGED)? {
+        None => None,
+        Some(b) => {
+            let micros = parse_u64_key("meta", &b)
+                .map_err(|_| corrupt("meta", META_RECEIVER_DAMAGED, "not 8 bytes"))?;
+            Some(Timestamp::from_unix_micros(
+                i64::try_from(micros).unwrap_or(i64::MAX),
+            ))
+        }
+    };
     Ok(DurableState {
         custodian: c,
         receiver: r,
         next_event: EventId(next_event(v.get(Table::Meta, META_NEXT_EVENT)?)?),
     })
+}
+
+/// The ids [`hand_over_damaged`] marked.
+fn damaged(v: &dyn View) -> Result<std::collections::HashSet<ObligationId>, StoreError> {
+    let mut out = std::collections::HashSet::new();
+    v.scan(Table::Meta, META_DAMAGED, &mut |k, _| {
+        let Some(id) = k.strip_prefix(META_DAMAGED) else {
+            return Ok(false);
+        };
+        out.insert(self::id::<ObligationId>("meta", k, id)?);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Hands custody a repair salvaged from damaged bytes back to the core as
+/// custody it cannot prove (C-SD-4): each obligation is opened again (the
+/// offer as its CRC-checked pending row stated it; a no-op for one still
+/// held) and marked `damaged.<id>` in the same transaction, so the first
+/// start after the repair escalates it with cause `store_damaged` and its
+/// fail-safe (`Custodian::restore`). Returns the ids marked.
+pub(crate) fn hand_over_damaged(
+    txn: &mut dyn Txn,
+    now: Timestamp,
+    salvaged: Vec<PendingRecord>,
+) -> Result<Vec<String>, StoreError> {
+    let mut ids = Vec::with_capacity(salvaged.len());
+    let mut records = Vec::with_capacity(salvaged.len());
+    for p in salvaged {
+        let id = p.obligation.id().clone();
+        if held_digest(txn, &id)?.is_some() {
+            continue;
+        }
+        ids.push(id.as_str().to_string());
+        records.push(Record::CustodyOpened {
+            pending: p,
+            principal: Vec::new(),
+        });
+    }
+    if records.is_empty() {
+        return Ok(ids);
+    }
+    // Durable with the caller's transaction; nothing waits on a token.
+    let _ = commit(txn, now, &[&records])?;
+    for id in &ids {
+        let mut k = META_DAMAGED.to_vec();
+        k.extend_from_slice(id.as_bytes());
+        txn.put(Table::Meta, &k, &[1])?;
+    }
+    Ok(ids)
+}
+
+/// Records that a repair read around damage at `now`: receiver rows
+/// (ledger entries, key sequences, effects) may be gone with it, so the
+/// receiver declines what it does not hold that was created before
+/// (`ReceiverSnapshot::damaged_before`, C-SD-4).
+pub(crate) fn mark_receiver_damaged(txn: &mut dyn Txn, now: Timestamp) -> Result<(), StoreError> {
+    let micros = u64::try_from(now.unix_micros()).unwrap_or(0);
+    txn.put(Table::Meta, META_RECEIVER_DAMAGED, &u64_key(micros))
+}
+
+/// A pending row salvaged from damaged bytes: its value decodes whole and
+/// its own CRC checks (`None` otherwise).
+pub(crate) fn salvage_pending(k: &[u8], v: &[u8]) -> Option<PendingRecord> {
+    match decode_row(Table::Pending, k, v, &mut Shared::none()) {
+        Ok(Row::Pending(p)) if p.obligation.id().as_str().as_bytes() == k => Some(p),
+        _ => None,
+    }
 }
 
 /// A stored entry that does not decode.

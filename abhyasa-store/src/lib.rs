@@ -143,6 +143,13 @@ pub mod fuzzing {
     pub fn log_store_decode(data: &[u8]) -> Result<(), String> {
         crate::log_store::decode_all(data)
     }
+
+    /// How many commits `data` replays as the newest log of generation 0,
+    /// for a node's open: `Err` on any damage or a torn tail. What a seed
+    /// of the `log_store_decode` corpus must pass to count as valid.
+    pub fn log_store_commits(data: &[u8]) -> Result<usize, String> {
+        crate::log_store::count_commits(data)
+    }
 }
 
 /// Creates a new database at `path` (a file or a directory) under a
@@ -227,9 +234,14 @@ pub struct RepairReport {
     /// Rows that did not decode, moved into quarantine.
     pub quarantined: Vec<QuarantinedRow>,
     /// The obligations named by damaged bytes that the repaired store
-    /// holds neither as pending nor as finished: custody it could not
-    /// recover.
+    /// holds neither as pending nor as finished, and whose offer is gone
+    /// with the damaged bytes: custody it could not recover.
     pub lost: Vec<String>,
+    /// The obligations whose offer the repair salvaged from the damaged
+    /// bytes but whose custody it cannot prove: handed to the node, which
+    /// escalates each with cause `store_damaged` and applies its fail-safe
+    /// at its next start (C-SD-4).
+    pub escalated: Vec<String>,
 }
 
 /// Offline inspection and repair of an embedded store, for a node that
@@ -367,9 +379,17 @@ impl StoreKind {
             report.saved_to = r.saved_to;
             report.damage = r.damage;
             report.lost = r.lost;
+            report.escalated = r.escalated;
         }
         let mut store = self.open_for_repair(path, options)?;
         report.quarantined = store.quarantine(now)?;
+        // A pending row that does not decode is custody whose offer is
+        // unreadable (its CRC fails): named as lost, never dropped unsaid.
+        for q in &report.quarantined {
+            if q.table == "custody_pending" && !report.lost.contains(&q.key) {
+                report.lost.push(q.key.clone());
+            }
+        }
         Ok(report)
     }
 }

@@ -417,6 +417,43 @@ pub(crate) fn tail(b: &[u8], gen: u64, room: u64, at: usize, newest: bool) -> Ta
     }
 }
 
+/// Every write in a damaged commit's bytes that still reads as a put of
+/// a pending row with a printable key: (key, value). Looked for at every
+/// offset, past pieces that do not decode; the value is trusted only if it
+/// decodes and its own CRC checks (`engine::salvage_pending`).
+pub(crate) fn pending_rows(payload: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let pending = Table::ALL.iter().position(|t| matches!(t, Table::Pending));
+    let mut out = Vec::new();
+    for i in 0..payload.len() {
+        if payload.get(i) != Some(&1) || payload.get(i + 1).map(|&t| usize::from(t)) != pending {
+            continue;
+        }
+        let Some(klen) = u32_at(payload, i + 2).and_then(|n| usize::try_from(n).ok()) else {
+            continue;
+        };
+        if !(1..=256).contains(&klen) {
+            continue;
+        }
+        let Some(k) = payload.get(i + 6..i + 6 + klen) else {
+            continue;
+        };
+        if !k.iter().all(|c| c.is_ascii_graphic()) {
+            continue;
+        }
+        let at = i + 6 + klen;
+        let Some(vlen) = u32_at(payload, at).and_then(|n| usize::try_from(n).ok()) else {
+            continue;
+        };
+        if let Some(v) = at
+            .checked_add(4 + vlen)
+            .and_then(|e| payload.get(at + 4..e))
+        {
+            out.push((k, v));
+        }
+    }
+    out
+}
+
 /// The ids of the obligations whose pending or terminal rows a damaged
 /// record's payload names, as far as its writes still decode.
 pub(crate) fn obligations_named(payload: &[u8]) -> Vec<String> {

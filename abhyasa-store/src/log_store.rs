@@ -82,7 +82,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use abhyasa_core::custody::Record;
+use abhyasa_core::custody::{PendingRecord, Record};
 use abhyasa_core::store::{Committed, Compacted, Store, StoreError};
 use abhyasa_core::Timestamp;
 
@@ -477,6 +477,8 @@ pub struct LogStore {
     mark_followed: bool,
     /// What [`LogStore::open_for_check`] found damaged.
     damage: Vec<Damage>,
+    /// The pending rows still whole inside the damaged commits.
+    salvaged: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Largest record buffer kept between commits; a rare larger commit's
@@ -1099,7 +1101,7 @@ impl LogStore {
             n += 1;
             aside = dir.join(format!("damaged-{stamp}-{n}"));
         }
-        Self::open_for_check(dir)?.repair_with(|| {
+        Self::open_for_check(dir)?.repair_with(now, || {
             copy_aside(dir, &aside)?;
             Ok(aside)
         })
@@ -1109,6 +1111,7 @@ impl LogStore {
     /// the files away first (only if there is damage) and says where.
     fn repair_with(
         mut self,
+        now: Timestamp,
         aside: impl FnOnce() -> io::Result<PathBuf>,
     ) -> Result<LogRepair, StoreError> {
         let damage = std::mem::take(&mut self.damage);
@@ -1117,11 +1120,33 @@ impl LogStore {
         }
         let saved_to = aside().map_err(io_err("copy the damaged files aside"))?;
         self.rewrite()?;
+        // C-SD-4: an obligation whose offer is still whole in the damaged
+        // bytes is handed to the core to escalate `store_damaged` with
+        // its fail-safe; one whose offer is gone is listed as lost.
         let lost = self.lost(&damage);
+        let salvaged: Vec<PendingRecord> = lost
+            .iter()
+            .filter_map(|id| {
+                self.salvaged
+                    .iter()
+                    .rev()
+                    .filter(|(k, _)| k.as_slice() == id.as_bytes())
+                    .find_map(|(k, v)| engine::salvage_pending(k, v))
+            })
+            .collect();
+        let escalated = self.transact(|t| {
+            engine::mark_receiver_damaged(t, now)?;
+            engine::hand_over_damaged(t, now, salvaged)
+        })?;
+        let lost = lost
+            .into_iter()
+            .filter(|id| !escalated.contains(id))
+            .collect();
         Ok(LogRepair {
             saved_to: Some(saved_to),
             damage,
             lost,
+            escalated,
         })
     }
 
@@ -1174,6 +1199,7 @@ impl LogStore {
         let mut found = Found {
             mode,
             damage: Vec::new(),
+            salvaged: Vec::new(),
         };
         let l = listing(disk.list().map_err(io_err("list the store directory"))?);
         if mode == Mode::Open {
@@ -1323,10 +1349,12 @@ impl LogStore {
             mode,
             mark_followed: !migrate,
             damage: Vec::new(),
+            salvaged: Vec::new(),
         };
         if mode == Mode::Check {
             // A format row the damage took is listed by the check, not fatal.
             s.format = engine::setup(&s.view()).map_or(0, |(f, _)| f);
+            s.salvaged = std::mem::take(&mut found.salvaged);
             return Ok((s, found.damage));
         }
         if logs.len() > 2 || migrate {
@@ -1617,9 +1645,24 @@ enum Mode {
 struct Found {
     mode: Mode,
     damage: Vec<Damage>,
+    /// Pending rows (key, value) still whole inside damaged commits, for
+    /// a repair to hand over (C-SD-4); kept only by a check.
+    salvaged: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Found {
+    /// Keeps the pending rows a damaged commit's bytes `b` still hold
+    /// (checked by their own CRC when a repair decodes them).
+    fn salvage(&mut self, b: &[u8]) {
+        if self.mode == Mode::Check {
+            self.salvaged.extend(
+                log_record::pending_rows(b)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec())),
+            );
+        }
+    }
+
     /// Refuses the open ([`Mode::Open`]) or lists `d` and goes on.
     fn damage(&mut self, d: Damage) -> Result<(), StoreError> {
         match self.mode {
@@ -1759,6 +1802,7 @@ fn replay_v2(
                         "a commit checks but its writes do not decode".into(),
                         log_record::obligations_named(payload),
                     ))?;
+                    found.salvage(payload);
                     at = end;
                     continue;
                 }
@@ -1797,6 +1841,9 @@ fn replay_v2(
             detail,
             named(b, at + HEADER, extent.unwrap_or(end).min(end)),
         ))?;
+        if let Some(d) = b.get(at + HEADER..extent.unwrap_or(end).min(end).min(b.len())) {
+            found.salvage(d);
+        }
         if let Some((_, ops)) = intact {
             apply_record(tables, gen, at, HEADER, ops);
         }
@@ -1866,6 +1913,29 @@ fn copy_aside(dir: &Path, aside: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// [`crate::fuzzing::log_store_commits`]: `data` replayed as the newest
+/// log of generation 0 in a node's open.
+pub(crate) fn count_commits(data: &[u8]) -> Result<usize, String> {
+    let mut found = Found {
+        mode: Mode::Open,
+        damage: Vec::new(),
+        salvaged: Vec::new(),
+    };
+    let mut t = empty_tables();
+    let (end, torn, ..) =
+        replay_v2("log-0", 0, data, true, &mut t, &mut found).map_err(|e| e.to_string())?;
+    if torn.is_some() {
+        return Err(format!("a torn write at {end}"));
+    }
+    let mut n = 0;
+    let mut at = LOG_HEADER;
+    while let Some((_, next)) = log_record::record_at(data, 0, at) {
+        n += 1;
+        at = next;
+    }
+    Ok(n)
+}
+
 /// Decodes `data` as every file the log store reads back: a log of
 /// either version (the newest and an older one; for a node's open and for
 /// a check) and a snapshot (strictly and salvaged). Every error must be
@@ -1897,6 +1967,7 @@ pub(crate) fn decode_all(data: &[u8]) -> Result<(), String> {
                 let mut found = Found {
                     mode,
                     damage: Vec::new(),
+                    salvaged: Vec::new(),
                 };
                 let mut t = empty_tables();
                 let end = replay_v2("log", gen, data, newest, &mut t, &mut found);
@@ -1930,8 +2001,13 @@ pub struct LogRepair {
     /// Every damaged place.
     pub damage: Vec<Damage>,
     /// The obligations named by damaged bytes that the repaired store
-    /// holds neither as pending nor as finished.
+    /// holds neither as pending nor as finished, and whose offer the
+    /// damaged bytes no longer hold whole.
     pub lost: Vec<String>,
+    /// The obligations whose offer was salvaged from the damaged bytes and
+    /// handed over as custody the store cannot prove: the node escalates
+    /// each `store_damaged` with its fail-safe at its next start (C-SD-4).
+    pub escalated: Vec<String>,
 }
 
 impl Store for LogStore {
@@ -2077,6 +2153,7 @@ mod tests {
         let mut found = Found {
             mode: Mode::Open,
             damage: Vec::new(),
+            salvaged: Vec::new(),
         };
         replay_v2("log", gen, b, newest, t, &mut found).map(|(end, torn, ..)| (end, torn))
     }
@@ -2735,7 +2812,9 @@ mod tests {
                     );
                 }
             }
-            let r = c.repair_with(|| Ok(PathBuf::from("aside"))).unwrap();
+            let r = c
+                .repair_with(Timestamp::EPOCH, || Ok(PathBuf::from("aside")))
+                .unwrap();
             assert_eq!(r.damage, damage);
             for o in &named {
                 assert!(r.lost.contains(o), "{what}: {o} not reported lost");

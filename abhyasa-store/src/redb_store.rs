@@ -149,8 +149,29 @@ impl RedbStore {
     /// [`StoreError::NewerFormat`] if it was written by a newer format.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        let marker = created_marker(&path);
         if !path.exists() {
+            // A single file cannot tell that it was removed: its sibling
+            // marker, written once the database exists, does (C-SD-2).
+            if marker.exists() {
+                return Err(StoreError::Damaged {
+                    file: path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    offset: 0,
+                    detail: format!(
+                        "missing: {} says the database was created here; restore the file \
+                         (a new store is created only where none ever was)",
+                        marker.display()
+                    ),
+                    obligations: Vec::new(),
+                });
+            }
             Self::create_new(&path, options)?;
+        }
+        if !marker.exists() && std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            write_marker(&marker)?;
         }
         // A database is created whole under another name and renamed into
         // place (`create_new`), so an empty file here is one that lost its
@@ -243,17 +264,23 @@ impl RedbStore {
         f: impl FnOnce(&mut RedbTxn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         guarded(BACKEND, "commit", || {
-            let wtx = self
+            let mut wtx = self
                 .db
                 .begin_write()
                 .map_err(|e| backend("begin write", e))?;
+            // Two-phase commit: the commit slot is synced before the byte
+            // that makes it current, so a current slot whose checksums fail
+            // is damage, never a torn write. With one phase redb's recovery
+            // cannot tell the two apart and rolls the last acknowledged
+            // commit back on a flipped bit (C-SD-1); with two it refuses.
+            wtx.set_two_phase_commit(true);
             let out = {
                 let mut t = RedbTxn::new(&wtx);
                 f(&mut t)
             };
             match out {
                 Ok(v) => {
-                    // Durability::Immediate (the default): fsync'd before it returns.
+                    // Durability::Immediate (the default): synced before it returns.
                     wtx.commit().map_err(|e| backend("commit", e))?;
                     Ok(v)
                 }
@@ -305,4 +332,27 @@ impl Repair for RedbStore {
         self.transact(|t| engine::finish_rebuild(t, &plan))?;
         Ok(moved)
     }
+}
+
+/// `<file>.created`, beside a redb database: present once the database
+/// was created, so a missing database file is refused, never made anew.
+fn created_marker(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".created");
+    path.with_file_name(name)
+}
+
+/// Writes the marker and syncs it and its directory.
+fn write_marker(marker: &Path) -> Result<(), StoreError> {
+    let io = |op: &'static str| move |source| StoreError::Io { op, source };
+    std::fs::File::create(marker)
+        .and_then(|f| f.sync_all())
+        .map_err(io("write the database's created marker"))?;
+    let dir = match marker.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the database's directory"))
 }

@@ -266,6 +266,26 @@ url = "ws://192.0.2.9:7501/"
     )
 }
 
+/// A log store's log (generation 0, grown commit by commit) holding
+/// `n` commits of rows shaped like the engine's.
+fn store_log(n: usize) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let options = abhyasa_store::LogOptions {
+        preallocate_bytes: 0,
+        ..abhyasa_store::LogOptions::default()
+    };
+    let mut s = abhyasa_store::LogStore::open_with(dir.path(), options).unwrap();
+    for i in 0..n {
+        let id = format!("ob-{i:04}");
+        let value = format!("{{\"obligation\":\"{id}\",\"scope\":\"email.read\"}}");
+        s.plant_raw("custody_pending", id.as_bytes(), Some(value.as_bytes()))
+            .unwrap();
+    }
+    s.plant_raw("custody_pending", b"ob-0000", None).unwrap();
+    drop(s);
+    std::fs::read(dir.path().join("log-0")).unwrap()
+}
+
 /// Every seed: (target, file name, bytes).
 fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut s: Vec<(&'static str, String, Vec<u8>)> = Vec::new();
@@ -457,6 +477,24 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         br#"{"op":"status","id":"ob-1","extra":1}"#.to_vec(),
     );
     // config_toml.
+    // log_store_decode: a log as a node writes it, and the faults of the
+    // damage table over it.
+    let log = store_log(6);
+    add("log_store_decode", "ok-log", log.clone());
+    add("log_store_decode", "ok-log-one-commit", store_log(1));
+    let mut flipped = log.clone();
+    flipped[log.len() / 2] ^= 0x10;
+    add("log_store_decode", "edge-bit-flip", flipped);
+    add(
+        "log_store_decode",
+        "edge-torn",
+        log[..log.len() - 7].to_vec(),
+    );
+    let mut zeroed = log.clone();
+    let mid = log.len() / 2;
+    zeroed[mid..(mid + 64).min(log.len())].fill(0);
+    add("log_store_decode", "edge-zeroed", zeroed);
+    add("log_store_decode", "edge-header-only", log[..64].to_vec());
     add("config_toml", "ok-minimal", b"agent = \"alice\"\n".to_vec());
     add("config_toml", "ok-full", config_sample().into_bytes());
     add(
@@ -561,6 +599,13 @@ fn accepted(target: &str, bytes: &[u8]) -> Result<(), String> {
             Err(e) => Err(format!("{e:?}")),
         },
         "config_toml" => read_config(s()?).map(|_| ()),
+        "log_store_decode" => {
+            abhyasa_store::fuzzing::log_store_decode(bytes)?;
+            match abhyasa_store::fuzzing::log_store_commits(bytes)? {
+                0 => Err("no commit".into()),
+                _ => Ok(()),
+            }
+        }
         other => Err(format!("no decoder known for target {other}")),
     }
 }

@@ -8,8 +8,9 @@
 //! - `abhyasa store repair` copies the files aside verbatim, salvages
 //!   around the damage and names what it could not recover (C-SD-3);
 //! - the node then starts, and every acknowledged obligation is pending
-//!   again or named by the repair: none is silently absent (C-SD-4, as far
-//!   as the log store's repair goes).
+//!   again, escalated `store_damaged` with its fail-safe applied (its offer
+//!   salvaged from the damaged commit), or named lost by the repair: none
+//!   is silently absent (C-SD-4).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -162,6 +163,14 @@ fn every_fault_is_refused_checked_without_a_write_and_repaired_by_name() {
             },
             0..0,
         ),
+        (
+            "a bit at the end of a record's payload (past its pending row)",
+            {
+                let at = mid.end - 4 - 8;
+                Box::new(move |b| b[at] ^= 0x04)
+            },
+            0..0,
+        ),
     ];
 
     for (k, (what, inject, destroyed)) in faults.iter().enumerate() {
@@ -216,21 +225,36 @@ fn every_fault_is_refused_checked_without_a_write_and_repaired_by_name() {
                 assert_eq!(kept.get(p), Some(v), "{what}: {n} not copied verbatim");
             }
         }
-        let lost: Vec<String> = repaired["lost"]
-            .as_array()
-            .expect("lost")
-            .iter()
-            .map(|v| v.as_str().expect("an id").to_string())
-            .collect();
+        let named = |field: &str| -> Vec<String> {
+            repaired[field]
+                .as_array()
+                .expect(field)
+                .iter()
+                .map(|v| v.as_str().expect("an id").to_string())
+                .collect()
+        };
+        let (lost, handed) = (named("lost"), named("escalated"));
         let out = abhyasa(&["store", "check", "--dir", ds]);
         assert!(out.status.success(), "{what}: still damaged after repair");
 
-        // C-SD-4: the node starts; every obligation is pending again or
-        // named by the repair.
+        // C-SD-4: the node starts; every obligation is pending again,
+        // escalated `store_damaged` with its fail-safe, or named lost.
         let _nodes = Children(vec![spawn(&d)]);
         wait_for("the repaired node serves", Duration::from_secs(20), || {
             Control::connect(&d).is_ok()
         });
+        let esc = json(&["escalations", "--dir", ds, "--json"]);
+        let escalated: BTreeMap<String, Value> = esc["escalations"]
+            .as_array()
+            .expect("escalations")
+            .iter()
+            .map(|e| {
+                (
+                    e["obligation_id"].as_str().expect("id").to_string(),
+                    e.clone(),
+                )
+            })
+            .collect();
         // A commit whose key bytes were destroyed (in a zeroed sector, past
         // a cut) cannot be named: the repair reports its place.
         let mut unnamed = 0;
@@ -243,7 +267,20 @@ fn every_fault_is_refused_checked_without_a_write_and_repaired_by_name() {
                 Value::String(String::from_utf8_lossy(&out.stderr).into_owned())
             };
             if status["custodian"] == "pending" {
+                assert!(
+                    !handed.contains(id),
+                    "{what}: {id} handed over, still pending"
+                );
                 pending += 1;
+            } else if handed.contains(id) {
+                assert_eq!(status["custodian"], "escalated", "{what}: {id}: {status}");
+                let e = &escalated[id];
+                assert_eq!(e["cause"], "store_damaged", "{what}: {e}");
+                assert_eq!(e["trigger"], "store_repair", "{what}: {e}");
+                // The offer's withhold was in the damaged commit: the
+                // fail-safe writes it again.
+                assert_eq!(e["guard"]["outcome"], "applied", "{what}: {e}");
+                assert_eq!(e["safe_action"]["effect"], "fail_closed", "{what}: {e}");
             } else if !lost.contains(id) {
                 unnamed += 1;
             }
@@ -253,9 +290,13 @@ fn every_fault_is_refused_checked_without_a_write_and_repaired_by_name() {
             "{what}: {unnamed} obligations silently absent, but only {hit_commits} \
              commits were hit; repair named {lost:?}"
         );
+        if what.contains("past its pending row") {
+            assert_eq!(handed.len(), 1, "{what}: {repaired}");
+        }
         eprintln!(
-            "{what}: {pending} of {N} pending after repair, {} named lost, {unnamed} in \
-             {hit_commits} hit commit(s), reported by place only",
+            "{what}: {pending} of {N} pending after repair, {} escalated store_damaged, \
+             {} named lost, {unnamed} in {hit_commits} hit commit(s), reported by place only",
+            handed.len(),
             lost.len()
         );
     }

@@ -6,7 +6,7 @@
 //! records' meaning: [`CustodianSnapshot::apply`] and
 //! [`ReceiverSnapshot::apply`] are what every store must reproduce.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::{
     AckStatus, AgentId, DeclineReason, Digest, Escalation, GovernedKey, GuardOutcome, Kind,
@@ -336,6 +336,13 @@ pub struct CustodianSnapshot {
     pub escalations: Vec<Escalation>,
     /// Reconciliation items.
     pub reconciliations: Vec<Reconciliation>,
+    /// Pending transfers a store repair could not prove (C-SD-4): their
+    /// offer was salvaged from damaged bytes, what came after it was not.
+    /// [`crate::custody::Custodian::restore`] escalates each at once with
+    /// [`crate::model::EscalationCause::StoreDamaged`] and its fail-safe,
+    /// instead of resuming custody. An id here that is not pending is
+    /// already terminal and ignored.
+    pub damaged: HashSet<ObligationId>,
 }
 
 impl CustodianSnapshot {
@@ -413,6 +420,11 @@ pub struct ReceiverSnapshot {
     pub effects: BTreeMap<String, EffectValue>,
     /// Intents recorded, by (custodian, id).
     pub intents: HashMap<(AgentId, ObligationId), IntentRecord>,
+    /// Set by a store repair that read around damage (C-SD-4): ledger
+    /// entries may be gone, so the receiver declines, rather than applies,
+    /// an obligation it does not hold that was created at or before this
+    /// instant (it cannot rule out having applied it).
+    pub damaged_before: Option<Timestamp>,
 }
 
 impl ReceiverSnapshot {

@@ -97,6 +97,10 @@ pub enum EscalationCause {
     Conflict,
     /// The receiver rejected the obligation as invalid.
     Rejected,
+    /// The node's store was damaged and a repair could not prove this
+    /// custody (the records after its offer were lost): the fail-safe is
+    /// applied rather than custody resumed on what is left.
+    StoreDamaged,
 }
 
 impl EscalationCause {
@@ -111,6 +115,7 @@ impl EscalationCause {
                 "receiver holds a different obligation under this id (digest conflict)"
             }
             Self::Rejected => "receiver rejected the obligation as invalid",
+            Self::StoreDamaged => "the store was damaged: a repair could not prove this custody",
         }
     }
 }
@@ -122,6 +127,7 @@ impl fmt::Display for EscalationCause {
             Self::ResponsiveButDeferring => "responsive_but_deferring",
             Self::Conflict => "conflict",
             Self::Rejected => "rejected",
+            Self::StoreDamaged => "store_damaged",
         })
     }
 }
@@ -136,6 +142,9 @@ pub enum EscalationTrigger {
     RetriesExhausted,
     /// A protocol error from the receiver made further attempts pointless.
     ProtocolError,
+    /// A repair of the node's damaged store handed it over as custody it
+    /// could not prove (escalated at the first start after the repair).
+    StoreRepair,
 }
 
 /// The principal-visible record that custody ended without application;

@@ -432,6 +432,7 @@ impl Store for SimStore {
                 principal: d.principal.writes(),
                 escalations: d.escalations.values().cloned().collect(),
                 reconciliations: d.reconciliations.values().cloned().collect(),
+                damaged: Default::default(),
             },
             receiver: d.receiver.clone(),
             next_event: EventId(d.next_event),

@@ -20,7 +20,9 @@ pub(crate) enum StoreCommand {
     Check(StoreArgs),
     /// Salvages a damaged store: copies its files verbatim into
     /// `<store>/damaged-<time>/`, keeps every record before and after each
-    /// damaged place, quarantines rows that do not decode, and lists the
+    /// damaged place, quarantines rows that do not decode, hands custody
+    /// whose offer it salvaged but cannot prove to the node (escalated
+    /// `store_damaged` with its fail-safe at the next start), and lists the
     /// obligations it could not recover.
     Repair(StoreArgs),
     /// Moves every row that does not decode into the store's `quarantine`
@@ -171,6 +173,7 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
             "damage": r.damage.iter().map(damage_json).collect::<Vec<_>>(),
             "quarantined": quarantined_json(&r.quarantined),
             "lost": r.lost,
+            "escalated": r.escalated,
         });
         let mut text = String::new();
         for d in &r.damage {
@@ -185,6 +188,11 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
                 q.table, q.key, q.detail
             ));
         }
+        for o in &r.escalated {
+            text.push_str(&format!(
+                "escalated store_damaged at the next start, with its fail-safe: {o}\n"
+            ));
+        }
         for o in &r.lost {
             text.push_str(&format!("not recovered: {o}\n"));
         }
@@ -193,9 +201,10 @@ pub(crate) fn run(c: StoreCommand) -> Result<(), String> {
         } else {
             text.push_str(&format!(
                 "{} damaged place(s) read around, {} row(s) quarantined, {} obligation(s) \
-                 not recovered\n",
+                 to escalate store_damaged, {} obligation(s) not recovered\n",
                 r.damage.len(),
                 r.quarantined.len(),
+                r.escalated.len(),
                 r.lost.len()
             ));
         }

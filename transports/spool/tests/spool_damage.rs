@@ -268,7 +268,8 @@ fn damaged_spool_is_reported_never_delivered_c_sd_2() {
 }
 
 // C-SD-4: an entry whose bytes changed is moved aside at open, counted and
-// named; the other frames are served; the next open finds it still aside.
+// named; the other frames are served; the next open finds it still aside;
+// the origin's retry of the same frame is held again.
 #[test]
 fn a_damaged_entry_is_moved_aside_and_named_c_sd_4() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,8 +307,17 @@ fn a_damaged_entry_is_moved_aside_and_named_c_sd_4() {
     assert!(!spool.contains(&victim));
     assert_eq!(spool.damaged_total(), 1);
     drop(spool);
-    let spool = Spool::open(&path, limits()).unwrap();
+    let mut spool = Spool::open(&path, limits()).unwrap();
     assert!(spool.damaged().is_empty(), "moved aside once");
     assert_eq!(spool.damaged_total(), 1);
     assert_eq!(spool.len(), 2);
+    // The drop is not silent for custody: the relay never acks, so the
+    // origin still holds the obligation and retries it until its deadline
+    // (then escalates). The retry is spooled again, not taken for a copy
+    // of the frame moved aside.
+    spool
+        .offer(T, &agent("alice"), vec![frame(&alice, 1)], |_| true)
+        .unwrap();
+    assert!(spool.contains(&victim), "the origin's retry is held again");
+    assert_eq!(spool.len(), 3);
 }

@@ -61,6 +61,9 @@ struct Pending {
     deadline_at: Timestamp,
     deferred: bool,
     offered_at: Timestamp,
+    /// Handed over by a store repair that could not prove it: escalated
+    /// at the first timeout (C-SD-4).
+    damaged: bool,
 }
 
 /// The custodian state machine. See the module docs for the polling
@@ -155,7 +158,13 @@ impl Custodian {
                 p.next_at,
                 p.obligation.deadline_seconds(),
             );
-            let due = p.next_at.min(deadline_at);
+            let damaged = snapshot.damaged.contains(&id);
+            let due = if damaged {
+                // Due at once: the first `handle_timeout` escalates it.
+                Timestamp::EPOCH
+            } else {
+                p.next_at.min(deadline_at)
+            };
             timers.push((due, id.clone()));
             c.pending.insert(
                 id,
@@ -168,6 +177,7 @@ impl Custodian {
                     deadline_at,
                     deferred: p.deferred,
                     offered_at: p.offered_at,
+                    damaged,
                 }),
             );
         }
@@ -261,7 +271,14 @@ impl Custodian {
             let Some(p) = self.pending.get(&id) else {
                 continue;
             };
-            if now >= p.deadline_at {
+            if p.damaged {
+                self.escalate(
+                    now,
+                    &id,
+                    EscalationTrigger::StoreRepair,
+                    Some(EscalationCause::StoreDamaged),
+                );
+            } else if now >= p.deadline_at {
                 self.escalate(now, &id, EscalationTrigger::Deadline, None);
             } else if p.attempts > p.obligation.max_retries() {
                 self.escalate(now, &id, EscalationTrigger::RetriesExhausted, None);

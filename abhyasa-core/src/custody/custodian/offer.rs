@@ -113,6 +113,7 @@ impl Custodian {
                 deadline_at,
                 deferred: false,
                 offered_at: now,
+                damaged: false,
             };
             self.outbox.record(Record::CustodyOpened {
                 pending: pending_record(&pending),

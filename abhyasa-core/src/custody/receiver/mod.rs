@@ -134,6 +134,8 @@ pub struct Receiver {
     leases: crate::Map<String, Timestamp>,
     /// (`lease_until - skew_margin`, governed key): when each lease lapses.
     lease_timers: BTreeSet<(Timestamp, String)>,
+    /// [`ReceiverSnapshot::damaged_before`].
+    damaged_before: Option<Timestamp>,
 }
 
 impl Receiver {
@@ -156,6 +158,7 @@ impl Receiver {
             next_ticket: 0,
             leases: crate::Map::default(),
             lease_timers: BTreeSet::new(),
+            damaged_before: None,
         }
     }
 
@@ -169,6 +172,7 @@ impl Receiver {
         now: Timestamp,
     ) -> Self {
         let mut r = Self::new(config, registry);
+        r.damaged_before = snapshot.damaged_before;
         for (key, l) in &snapshot.ledger {
             r.insert_entry(
                 key.clone(),

@@ -184,6 +184,16 @@ impl Receiver {
     /// C-ND-5: why `ob` from an authenticated peer is refused before it
     /// may occupy the ledger (a stateless `policy` decline), if it is.
     pub(super) fn out_of_bounds(&self, now: Timestamp, ob: &Obligation) -> Option<String> {
+        if let Some(t) = self.damaged_before.filter(|t| ob.created_at() <= *t) {
+            // C-SD-4: the ledger that would answer a redelivery may have
+            // lost this entry; a second apply is worse than a decline
+            // (on which the custodian applies its fail-safe).
+            return Some(format!(
+                "store_damaged: this receiver's store was repaired at {t} and may have lost \
+                 its record of an obligation created before then; declined rather than \
+                 risk a second apply"
+            ));
+        }
         let ahead = ob.created_at().saturating_duration_since(now);
         if ahead > self.config.max_created_at_skew {
             return Some(format!(
