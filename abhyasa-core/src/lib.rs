@@ -20,6 +20,7 @@ pub mod mutations;
 pub mod polarity;
 pub mod principal;
 pub mod sharded;
+mod splitmix;
 pub mod store;
 pub mod wire;
 

@@ -145,7 +145,7 @@ pub(crate) struct Driver {
     max_batch_inputs: usize,
     /// Principal-side lease renewals: a timer source served
     /// every turn like the custodian's and the receiver's.
-    renewals: crate::leases::Renewals,
+    renewals: abhyasa_core::custody::renewal::Renewals,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -166,8 +166,11 @@ impl Driver {
         events: broadcast::Sender<NodeEvent>,
         max_batch_inputs: usize,
     ) -> Self {
-        let renewals =
-            crate::leases::Renewals::new(custodian.config().seed, std::time::Duration::ZERO, None);
+        let renewals = abhyasa_core::custody::renewal::Renewals::new(
+            custodian.config().seed,
+            std::time::Duration::ZERO,
+            None,
+        );
         Self {
             agent,
             custodian,
@@ -203,7 +206,10 @@ impl Driver {
 
     /// Uses `renewals` as the lease renewal scheduler (built from the
     /// node's options: seed, skew margin, revocation deadline).
-    pub(crate) fn with_renewals(mut self, renewals: crate::leases::Renewals) -> Self {
+    pub(crate) fn with_renewals(
+        mut self,
+        renewals: abhyasa_core::custody::renewal::Renewals,
+    ) -> Self {
         self.renewals = renewals;
         self
     }
@@ -907,13 +913,13 @@ impl Driver {
                 let known =
                     || self.custodian.is_pending(&id) || self.custodian.terminal(&id).is_some();
                 let admitted = if !self.renewals.may_concern(&obligation) || known() {
-                    crate::leases::Admitted::none()
+                    abhyasa_core::custody::renewal::Admitted::none()
                 } else {
                     match self.renewals.admit(self.custodian.registry(), &obligation) {
                         Ok(a) => a,
                         Err(e) => {
                             tracing::info!(%id, error = %e, "offer refused");
-                            let _ = reply.send(Err(e));
+                            let _ = reply.send(Err(e.into()));
                             return true;
                         }
                     }
@@ -924,6 +930,9 @@ impl Driver {
                         if let Some(ob) = copy {
                             self.renewals
                                 .accepted(admitted, &ob, self.custodian.principal());
+                            while let Some(w) = self.renewals.poll_warning() {
+                                tracing::warn!(key = %w.key, id = %w.obligation_id, "{}", w.message);
+                            }
                         }
                         self.unreleased.add(id.clone(), target, bytes);
                         // Answered once the record is durable.

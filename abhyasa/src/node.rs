@@ -122,7 +122,7 @@ impl Node {
         stop.disarm();
         published.store(state.next_event.0, std::sync::atomic::Ordering::SeqCst);
         let now = options.clock.now();
-        let renewals = crate::leases::Renewals::new(
+        let renewals = abhyasa_core::custody::renewal::Renewals::new(
             options.custodian.seed,
             options.receiver.skew_margin,
             options.revocation_deadline,

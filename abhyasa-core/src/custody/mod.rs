@@ -7,6 +7,7 @@ pub mod lease;
 mod outbox;
 mod receiver;
 mod record;
+pub mod renewal;
 mod transmit;
 
 pub use applier::{

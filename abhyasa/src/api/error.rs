@@ -95,6 +95,16 @@ pub enum NodeError {
     },
 }
 
+impl From<abhyasa_core::custody::renewal::SupersededByRenewal> for NodeError {
+    fn from(e: abhyasa_core::custody::renewal::SupersededByRenewal) -> Self {
+        Self::SupersededByRenewal {
+            key: e.key,
+            offered: e.offered,
+            newest: e.newest,
+        }
+    }
+}
+
 impl NodeError {
     /// An [`InvalidOptions`](Self::InvalidOptions) error.
     pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {

@@ -90,15 +90,11 @@ pub struct Custodian {
 /// a few nanoseconds, where seeding a ChaCha8 generator per draw cost ~1%
 /// of a custody transfer's CPU.
 fn jitter_draw(seed: u64, digest: &Digest, attempt: u32) -> f64 {
-    fn mix(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+    use crate::splitmix::{mix, unit, GOLDEN};
     let keyed = mix((seed ^ digest.prefix_u64()).wrapping_add(GOLDEN));
-    let z = mix(keyed.wrapping_add(u64::from(attempt).wrapping_mul(GOLDEN)));
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    unit(mix(
+        keyed.wrapping_add(u64::from(attempt).wrapping_mul(GOLDEN))
+    ))
 }
 
 impl Custodian {
