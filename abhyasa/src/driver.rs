@@ -12,7 +12,7 @@ use abhyasa_core::custody::{
     TerminalSummary, Transmit,
 };
 use abhyasa_core::principal::{Authorization, Resolution};
-use abhyasa_core::wire::{Envelope, Message, ProtocolError};
+use abhyasa_core::wire::{shape, Envelope, Message, ProtocolError};
 use abhyasa_core::{
     AgentId, DeclineReason, GovernedKey, GuardOutcome, Map, Obligation, ObligationId, Sequence,
     Timestamp,
@@ -27,8 +27,6 @@ use crate::gate::{Held, ReplyGate};
 use crate::metrics::MetricsSnapshot;
 use crate::store_thread::{CommitDone, CommitJob, Job, StoreJobs};
 
-/// Most obligation ids in one status query.
-const STATUS_QUERY_CHUNK: usize = 512;
 /// Full outcomes kept for callers that ask after the transfer ended.
 const RECENT_OUTCOMES: usize = 65_536;
 /// Most peer ids `Driver::own_peer_id` keeps copies of.
@@ -543,23 +541,21 @@ impl Driver {
     /// Sends `message`, splitting a coalesced frame the transport finds
     /// too large into halves until each fits (C-ND-4).
     fn send_split(&mut self, to: &AgentId, message: Message) -> Result<(), SendError> {
-        let env = Envelope::new(self.agent.clone(), message);
-        match self.transport.send(to, &env) {
-            Ok(()) => {
-                self.metrics.frames_out += 1;
+        let (transport, metrics) = (&self.transport, &mut self.metrics);
+        let mut splits = 0;
+        let sent = shape::send_in_parts(
+            &self.agent,
+            message,
+            &mut |env: &Envelope| {
+                transport.send(to, env)?;
+                metrics.frames_out += 1;
                 Ok(())
-            }
-            Err(e @ SendError::FrameTooLarge { .. }) => match split(env.message) {
-                Some((a, b)) => {
-                    self.metrics.frames_split += 1;
-                    let first = self.send_split(to, a);
-                    let second = self.send_split(to, b);
-                    first.and(second)
-                }
-                None => Err(e),
             },
-            Err(e) => Err(e),
-        }
+            &|e: &SendError| matches!(e, SendError::FrameTooLarge { .. }),
+            &mut splits,
+        );
+        self.metrics.frames_split += splits;
+        sent
     }
 
     fn release(&mut self) {
@@ -806,16 +802,8 @@ impl Driver {
                 tracing::info!(%peer, "peer up");
                 // Ask at once what became of what we hold for it, so a
                 // healed partition discharges without waiting for backoff.
-                let mut pending = self.custodian.pending_for(&peer);
-                // In id order, not hash order: the answers (and any
-                // resends) then go out in the same order on every run,
-                // which a seeded simulation needs to replay.
-                pending.sort();
-                for chunk in pending.chunks(STATUS_QUERY_CHUNK) {
-                    self.send(Transmit {
-                        to: peer.clone(),
-                        message: Message::StatusQuery(chunk.to_vec()),
-                    });
+                for t in self.custodian.status_queries(&peer) {
+                    self.send(t);
                 }
                 let _ = self.events.send(NodeEvent::PeerUp(peer));
             }
@@ -1169,33 +1157,6 @@ impl Driver {
             self.outcome_waiter_count = self.outcome_waiters.values().map(Vec::len).sum();
             self.outcome_sweep_at = (2 * self.outcome_waiter_count).max(OUTCOME_WAITERS_FLOOR);
         }
-    }
-}
-
-/// Splits a coalesced message in two halves; `None` when it holds one item.
-fn split(m: Message) -> Option<(Message, Message)> {
-    match m {
-        Message::Acks(mut acks) if acks.len() > 1 => {
-            let rest = acks.split_off(acks.len() / 2);
-            Some((Message::Acks(acks), Message::Acks(rest)))
-        }
-        Message::StatusQuery(mut ids) if ids.len() > 1 => {
-            let rest = ids.split_off(ids.len() / 2);
-            Some((Message::StatusQuery(ids), Message::StatusQuery(rest)))
-        }
-        Message::StatusReply(mut r) if r.known.len() + r.unknown.len() > 1 => {
-            let half = (r.known.len() + r.unknown.len()) / 2;
-            let known_first = half.min(r.known.len());
-            let known = r.known.split_off(known_first);
-            let unknown = r.unknown.split_off(half - known_first);
-            let second = abhyasa_core::wire::StatusReply {
-                target: r.target.clone(),
-                known,
-                unknown,
-            };
-            Some((Message::StatusReply(r), Message::StatusReply(second)))
-        }
-        _ => None,
     }
 }
 

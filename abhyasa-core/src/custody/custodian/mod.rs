@@ -8,6 +8,8 @@
 //! 1. feeds inputs: [`Custodian::offer`], [`Custodian::handle_ack`],
 //!    [`Custodian::handle_error`], [`Custodian::handle_status_reply`],
 //!    [`Custodian::handle_timeout`] (whenever `now >= poll_timeout()`);
+//!    when a link to a receiver comes up, sends
+//!    [`Custodian::status_queries`] at once;
 //! 2. drains [`Custodian::poll_records`] and commits the batch durably
 //!    (group commit: one flush for the whole batch), then hands its token to
 //!    [`Custodian::handle_committed`];
@@ -29,11 +31,13 @@
 mod ack;
 mod config;
 mod event;
+mod link;
 mod offer;
 
 pub use ack::{AckDisposition, IgnoredAck};
 pub use config::{AckBinding, CustodianConfig, CustodyProfile};
 pub use event::{CustodianEvent, CustodianStats, Offered};
+pub use link::STATUS_QUERY_MAX_IDS;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
