@@ -20,8 +20,11 @@ mod code;
 mod frame;
 pub mod json;
 mod message;
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::unwrap_used)]
+mod pb;
 mod protobuf;
 pub mod relay;
+mod seal;
 pub mod shape;
 
 pub use code::ErrorCode;
