@@ -20,9 +20,8 @@ use std::time::Duration;
 use abhyasa_core::custody::{Custodian, Receiver};
 use abhyasa_core::store::{Compacted, StoreError};
 use abhyasa_core::Timestamp;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::driver::Command;
 use crate::store_thread::{Job, Query, StoreJobs};
 
 /// When and how much the node compacts.
@@ -114,44 +113,4 @@ pub(crate) async fn finish(started: Started) -> Result<CompactionReport, crate::
         store,
         ..started.report
     })
-}
-
-/// Runs one compaction through the driver's command queue.
-pub(crate) async fn run(
-    commands: &mpsc::Sender<Command>,
-    retention: Duration,
-) -> Result<CompactionReport, crate::NodeError> {
-    let (reply, rx) = oneshot::channel();
-    commands
-        .send(Command::Compact { retention, reply })
-        .await
-        .map_err(|_| crate::NodeError::Stopped)?;
-    finish(rx.await.map_err(|_| crate::NodeError::Stopped)?).await
-}
-
-/// Starts the schedule: every `policy.interval`, one run. The task holds
-/// only a weak handle on the command queue, so it never keeps a node alive;
-/// it ends when the node stops.
-pub(crate) fn spawn_schedule(commands: &mpsc::Sender<Command>, policy: CompactionPolicy) {
-    if policy.interval.is_zero() {
-        return;
-    }
-    let weak = commands.downgrade();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(policy.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is immediate: a node reopened after a long stop
-        // drops what expired meanwhile right away.
-        loop {
-            tick.tick().await;
-            let Some(commands) = weak.upgrade() else {
-                return;
-            };
-            match run(&commands, policy.retention).await {
-                Ok(r) => tracing::debug!(report = ?r, "compacted"),
-                Err(crate::NodeError::Stopped) => return,
-                Err(e) => tracing::warn!(error = %e, "compaction failed"),
-            }
-        }
-    });
 }

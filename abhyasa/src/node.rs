@@ -22,7 +22,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
 use crate::clock::Clock;
-use crate::driver::{Command, Driver};
+use crate::command::Command;
+use crate::driver::Driver;
 use crate::metrics::MetricsSnapshot;
 use crate::store_thread::{self, Job, LogSink, Query, StoreJobs};
 use crate::subscription::Subscription;
@@ -169,7 +170,7 @@ impl Node {
             let result = driver.run().await.map_err(Arc::new);
             stopped_tx.send_replace(Some(result));
         });
-        crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
+        crate::schedule::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {
             agent,
             commands: cmd_tx,
@@ -474,7 +475,7 @@ impl Node {
         &self,
         retention: Duration,
     ) -> Result<crate::compaction::CompactionReport, NodeError> {
-        crate::compaction::run(&self.commands, retention).await
+        crate::schedule::run(&self.commands, retention).await
     }
 
     /// Waits until the node has stopped and says how: `Ok(())` after
