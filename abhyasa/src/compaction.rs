@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use abhyasa_core::custody::{Custodian, Receiver};
+use abhyasa_core::agent::Agent;
 use abhyasa_core::store::{Compacted, StoreError};
 use abhyasa_core::Timestamp;
 use tokio::sync::oneshot;
@@ -79,13 +79,12 @@ pub(crate) struct Started {
     pub(crate) store: oneshot::Receiver<Result<Compacted, StoreError>>,
 }
 
-/// The driver's hook: compacts both machines at `now` and queues the same
+/// The driver's hook: compacts the agent's custodian and receiver at `now` and queues the same
 /// compaction on the store.
 pub(crate) fn start(
     now: Timestamp,
     retention: Duration,
-    custodian: &mut Custodian,
-    receiver: &mut Receiver,
+    agent: &mut Agent,
     store: &StoreJobs,
 ) -> Started {
     // `past_retention(d, now, r)` is `d + r < now`, i.e. `d < now - r`: the
@@ -93,8 +92,8 @@ pub(crate) fn start(
     let before = now.saturating_sub(retention);
     let report = CompactionReport {
         at: Some(now),
-        custodian_terminal: custodian.compact(before),
-        receiver_ledger: receiver.compact(before),
+        custodian_terminal: agent.custodian_mut().compact(before),
+        receiver_ledger: agent.receiver_mut().compact(before),
         store: Compacted::default(),
     };
     let (tx, rx) = oneshot::channel();

@@ -150,8 +150,7 @@ impl Node {
         let transport = handle.clone();
         let driver = Driver::new(
             agent.clone(),
-            custodian,
-            receiver,
+            abhyasa_core::agent::Agent::new(custodian, receiver, renewals),
             options.applier,
             options.clock.clone(),
             handle,
@@ -163,8 +162,7 @@ impl Node {
             ev_tx.clone(),
             options.max_batch_inputs,
         )
-        .with_async_applier(options.async_applier)
-        .with_renewals(renewals);
+        .with_async_applier(options.async_applier);
         let (stopped_tx, stopped) = watch::channel(None);
         tokio::spawn(async move {
             let result = driver.run().await.map_err(Arc::new);

@@ -2,7 +2,6 @@
 //! the lease renewal chains), decisions, completions, and the reads, each
 //! answered only once what it reports is durable (C-ND-2).
 
-use abhyasa_core::custody::renewal::Admitted;
 use abhyasa_core::custody::{Offered, TerminalSummary};
 use abhyasa_core::wire::Envelope;
 use abhyasa_core::{Obligation, ObligationId, Timestamp};
@@ -27,7 +26,7 @@ impl Driver {
                 sequence,
                 reply,
             } => {
-                let g = self.custodian.decide(now, &key, state, sequence);
+                let g = self.core.custodian_mut().decide(now, &key, state, sequence);
                 // C-ND-2: answered once its `Record::Principal` commits.
                 self.after_commit(Box::new(move |_: &Driver| {
                     let _ = reply.send(g);
@@ -39,7 +38,8 @@ impl Driver {
                 reply,
             } => {
                 let r = self
-                    .custodian
+                    .core
+                    .custodian_mut()
                     .resolve_decision(now, &id, resolution)
                     .ok_or(NodeError::UnknownDecisionItem(id));
                 self.reply_after_commit(reply, r);
@@ -51,7 +51,8 @@ impl Driver {
                 reply,
             } => {
                 let r = self
-                    .receiver
+                    .core
+                    .receiver_mut()
                     .complete_deferred(now, &custodian, &id, decision)
                     .map_err(NodeError::from);
                 self.reply_after_commit(reply, r);
@@ -63,33 +64,37 @@ impl Driver {
                 reply,
             } => {
                 let r = self
-                    .receiver
+                    .core
+                    .receiver_mut()
                     .handle_external_outcome(now, &custodian, &id, outcome)
                     .map_err(NodeError::from);
                 self.reply_after_commit(reply, r);
             }
             Command::Metrics { reply } => {
-                self.metrics
-                    .absorb_custodian(self.custodian.stats(), self.custodian.pending_len());
+                self.metrics.absorb_custodian(
+                    self.core.custodian().stats(),
+                    self.core.custodian().pending_len(),
+                );
                 self.metrics.outcome_waiters = self.outcome_waiter_count as u64;
                 self.metrics.replies_held = self.gate.held() as u64;
                 let _ = reply.send(self.metrics.clone());
             }
             Command::Compact { retention, reply } => {
-                let (c, r) = (&mut self.custodian, &mut self.receiver);
-                let _ = reply.send(crate::compaction::start(now, retention, c, r, &self.store));
+                let started = crate::compaction::start(now, retention, &mut self.core, &self.store);
+                let _ = reply.send(started);
             }
             Command::Authorized { key, reply } => {
                 // Read after what is in flight commits (C-ND-2): a grant
                 // is never reported that a crash could still undo.
                 self.after_commit(Box::new(move |d: &Driver| {
-                    let _ = reply.send(d.receiver.authority(&key, d.now()));
+                    let _ = reply.send(d.core.receiver().authority(&key, d.now()));
                 }));
             }
             Command::Leases { reply } => {
                 self.after_commit(Box::new(move |d: &Driver| {
                     let views = d
-                        .receiver
+                        .core
+                        .receiver()
                         .leases(d.now())
                         .into_iter()
                         .map(|(k, until, a)| crate::leases::LeaseView::new(k, until, a))
@@ -100,11 +105,11 @@ impl Driver {
             Command::Renewals { reply } => {
                 // The latest renewal shown is durable (C-ND-2).
                 self.after_commit(Box::new(move |d: &Driver| {
-                    let _ = reply.send(d.renewals.views());
+                    let _ = reply.send(d.core.renewals().views());
                 }));
             }
             Command::LeaseWarnings { reply } => {
-                let _ = reply.send(self.renewals.warnings());
+                let _ = reply.send(self.core.renewals().warnings());
             }
             Command::Shutdown { reply } => {
                 self.shutdown = Some(reply);
@@ -132,32 +137,10 @@ impl Driver {
                 return;
             }
         };
-        // An offer the custodian already knows is an
-        // idempotent repeat and concerns no renewal chain. (Asked
-        // only when it might concern one: two lookups the offer
-        // itself repeats.)
-        let known = || self.custodian.is_pending(&id) || self.custodian.terminal(&id).is_some();
-        let admitted = if !self.renewals.may_concern(&obligation) || known() {
-            Admitted::none()
-        } else {
-            match self.renewals.admit(self.custodian.registry(), &obligation) {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::info!(%id, error = %e, "offer refused");
-                    let _ = reply.send(Err(e.into()));
-                    return;
-                }
-            }
-        };
-        let copy = admitted.concerns_renewals().then(|| obligation.clone());
-        match self.custodian.offer(now, obligation) {
+        match self.core.offer(now, obligation) {
             Ok(Offered::Custody { .. } | Offered::BestEffort) => {
-                if let Some(ob) = copy {
-                    self.renewals
-                        .accepted(admitted, &ob, self.custodian.principal());
-                    while let Some(w) = self.renewals.poll_warning() {
-                        tracing::warn!(key = %w.key, id = %w.obligation_id, "{}", w.message);
-                    }
+                while let Some(w) = self.core.poll_warning() {
+                    tracing::warn!(key = %w.key, id = %w.obligation_id, "{}", w.message);
                 }
                 self.unreleased.add(id.clone(), target, bytes);
                 // Answered once the record is durable.
@@ -178,7 +161,7 @@ impl Driver {
             }
             Err(e) => {
                 tracing::info!(%id, error = %e, "offer refused");
-                let _ = reply.send(Err(NodeError::Offer(e)));
+                let _ = reply.send(Err(e.into()));
             }
         }
     }
@@ -191,9 +174,9 @@ impl Driver {
     ) {
         if let Some(o) = self.recent.get(&id) {
             let _ = reply.send(Ok(o.clone()));
-        } else if self.custodian.is_pending(&id) || self.offer_waiters.contains_key(&id) {
+        } else if self.core.custodian().is_pending(&id) || self.offer_waiters.contains_key(&id) {
             self.add_outcome_waiter(id, reply);
-        } else if let Some(t) = self.custodian.terminal(&id) {
+        } else if let Some(t) = self.core.custodian().terminal(&id) {
             let o = summary_outcome(t);
             // Only a durable terminal state is reported (C-ND-2),
             // in full if its close was the commit waited for.
@@ -208,18 +191,19 @@ impl Driver {
 
     /// What the custodian and the receiver know of one obligation.
     fn on_status(&mut self, id: ObligationId, reply: oneshot::Sender<StatusView>) {
-        let custodian = if self.custodian.is_pending(&id) {
+        let custodian = if self.core.custodian().is_pending(&id) {
             Some(CustodianState::Pending)
         } else {
-            self.custodian
+            self.core
+                .custodian()
                 .terminal(&id)
                 .map(|t| CustodianState::from(t.state))
         };
         let mut receiver = Vec::new();
         let mut declines = Vec::new();
         for peer in self.transport.known_peers() {
-            if let Some(o) = self.receiver.ledger_outcome(&peer, &id) {
-                if let Some((reason, detail)) = self.receiver.ledger_decline(&peer, &id) {
+            if let Some(o) = self.core.receiver().ledger_outcome(&peer, &id) {
+                if let Some((reason, detail)) = self.core.receiver().ledger_decline(&peer, &id) {
                     declines.push((peer.clone(), reason, detail));
                 }
                 receiver.push((peer, o));
@@ -228,12 +212,13 @@ impl Driver {
         let view = StatusView {
             obligation_id: id.clone(),
             custodian,
-            attempts: self.custodian.attempts(&id).or_else(|| {
-                self.custodian
+            attempts: self.core.custodian().attempts(&id).or_else(|| {
+                self.core
+                    .custodian()
                     .terminal(&id)
                     .and_then(TerminalSummary::known_attempts)
             }),
-            deadline_at: self.custodian.pending_deadline(&id),
+            deadline_at: self.core.custodian().pending_deadline(&id),
             receiver,
             declines,
         };
@@ -247,26 +232,27 @@ impl Driver {
     /// offered like any other: best-effort, and released only after the
     /// record of its sequence commits (write-ahead).
     pub(super) fn renew_leases(&mut self, now: Timestamp) {
-        for (key, renewal) in self.renewals.poll_renewals(now, self.custodian.principal()) {
+        for (key, renewal) in self.core.poll_renewals(now) {
             let bytes = match self.admit_bytes(&renewal) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!(%key, error = %e, "lease renewal deferred");
-                    self.renewals.skipped(now, key, true);
+                    self.core.defer_renewal(now, key);
                     continue;
                 }
             };
-            let id = renewal.id().clone();
-            let target = renewal.target().clone();
-            match self.custodian.offer(now, renewal.clone()) {
+            let (id, target, sequence) = (
+                renewal.id().clone(),
+                renewal.target().clone(),
+                renewal.sequence(),
+            );
+            match self.core.offer_renewal(now, key.clone(), renewal) {
                 Ok(Offered::BestEffort | Offered::Custody { .. }) => {
-                    tracing::debug!(%key, %id, sequence = ?renewal.sequence(), "lease renewed");
+                    tracing::debug!(%key, %id, ?sequence, "lease renewed");
                     self.unreleased.add(id, target, bytes);
-                    self.renewals.renewed(key, renewal);
                 }
                 other => {
                     tracing::warn!(%key, %id, result = ?other, "lease renewal refused; renewals stopped");
-                    self.renewals.skipped(now, key, false);
                 }
             }
         }

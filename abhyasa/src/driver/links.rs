@@ -1,7 +1,8 @@
 //! What arrives from the transport (frames, link changes, misbehaving
 //! peers) and what goes out to it.
 
-use abhyasa_core::custody::{AckDisposition, TerminalState, Transmit};
+use abhyasa_core::agent::Handled;
+use abhyasa_core::custody::{Applier, TerminalState, Transmit};
 use abhyasa_core::wire::{shape, Envelope, Message, ProtocolError};
 use abhyasa_core::{AgentId, Timestamp};
 use abhyasa_transport::{Incoming, SendError};
@@ -50,7 +51,7 @@ impl Driver {
                 tracing::info!(%peer, "peer up");
                 // Ask at once what became of what we hold for it, so a
                 // healed partition discharges without waiting for backoff.
-                for t in self.custodian.status_queries(&peer) {
+                for t in self.core.handle_link_up(&peer) {
                     self.send(t);
                 }
                 let _ = self.events.send(NodeEvent::PeerUp(peer));
@@ -82,48 +83,34 @@ impl Driver {
         }
     }
 
+    /// One message from `peer`, handed to the agent; what it reports is
+    /// counted and logged (rate-limited: a peer must not fill the log).
     pub(super) fn on_message(&mut self, now: Timestamp, peer: &AgentId, m: Message) {
-        match m {
-            Message::Obligation(o) => {
-                let got = if self.apply.is_some() {
-                    // Asked in `pump`, answered later as an input.
-                    self.receiver.receive(now, peer, o)
-                } else {
-                    self.receiver
-                        .handle_obligation(now, peer, o, self.applier.as_mut())
-                };
-                tracing::debug!(%peer, ?got, "obligation received");
-            }
-            Message::Acks(acks) => {
-                for a in &acks {
-                    let d = self.custodian.handle_ack(now, peer, a);
-                    if let AckDisposition::Ignored(why) = d {
-                        if let Some(held) = self.peer_warnings.allow() {
-                            tracing::warn!(%peer, id = %a.obligation_id, ?why, held_back = held, "ack ignored");
-                        }
+        // With the asynchronous applier, an obligation is asked in `pump`
+        // and answered later as an input.
+        let applier = match self.apply {
+            Some(_) => None,
+            None => Some(self.applier.as_mut() as &mut dyn Applier),
+        };
+        match self.core.handle_message(now, peer, m, applier) {
+            Handled::Obligation(got) => tracing::debug!(%peer, ?got, "obligation received"),
+            Handled::Acks(ignored) => {
+                for (id, why) in ignored {
+                    if let Some(held) = self.peer_warnings.allow() {
+                        tracing::warn!(%peer, %id, ?why, held_back = held, "ack ignored");
                     }
                 }
             }
-            Message::StatusQuery(ids) => self.receiver.handle_status_query(now, peer, &ids),
-            Message::StatusReply(r) => self.custodian.handle_status_reply(now, peer, &r),
-            Message::Error(e) => {
+            Handled::PeerReported(e) => {
                 if let Some(held) = self.peer_warnings.allow() {
                     tracing::warn!(%peer, code = ?e.code, message = %e.message, held_back = held, "peer reported an error");
                 }
-                self.custodian.handle_error(now, peer, &e);
             }
-            // A relayed link (abhyasa-spool) consumes relay messages before
-            // they reach the driver; one that gets here came over a plain
-            // link and is answered as a peer without relay support would.
-            Message::Relay(_) => {
+            Handled::Unsupported(answer) => {
                 self.metrics.frames_bad += 1;
-                self.send(Transmit {
-                    to: peer.clone(),
-                    message: Message::Error(ProtocolError::from_peer_error(
-                        &abhyasa_core::PeerError::UnknownMessageType,
-                    )),
-                });
+                self.send(answer);
             }
+            _ => {}
         }
     }
 
@@ -151,10 +138,11 @@ impl Driver {
         let Some(id) = obligation else {
             return;
         };
-        if self.custodian.is_pending(&id) {
-            self.custodian.handle_send_failed(&id);
+        if self.core.custodian().is_pending(&id) {
+            self.core.custodian_mut().handle_send_failed(&id);
         } else if self
-            .custodian
+            .core
+            .custodian()
             .terminal(&id)
             .is_some_and(|t| t.state == TerminalState::BestEffort)
         {

@@ -1,5 +1,5 @@
-//! The driver: one tokio task owns the custodian and the receiver, feeds
-//! them inputs, arms one timer for the next timeout, and runs the
+//! The driver: one tokio task owns the agent (custodian, receiver, lease
+//! renewals), feeds it inputs, arms one timer for the next timeout, and runs the
 //! write-ahead pipeline: records go to the store thread as one group
 //! commit; what depends on them is released only when it returns.
 //!
@@ -18,10 +18,8 @@ mod unreleased;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use abhyasa_core::custody::renewal::Renewals;
-use abhyasa_core::custody::{
-    Applier, ApplyDecision, ApplyTicket, CompleteError, Custodian, Offered, Receiver,
-};
+use abhyasa_core::agent::Agent;
+use abhyasa_core::custody::{Applier, ApplyDecision, ApplyTicket, CompleteError, Offered};
 use abhyasa_core::{AgentId, Map, ObligationId, Timestamp};
 use abhyasa_transport::{Incoming, SendError, TransportHandle};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -41,8 +39,8 @@ const OUTCOME_WAITERS_FLOOR: usize = 1024;
 
 pub(crate) struct Driver {
     agent: AgentId,
-    custodian: Custodian,
-    receiver: Receiver,
+    /// The protocol: custodian, receiver and lease renewals.
+    core: Agent,
     applier: Box<dyn Applier + Send>,
     /// Asynchronous apply path; `None`: `applier` answers.
     apply: Option<AsyncApply>,
@@ -79,9 +77,6 @@ pub(crate) struct Driver {
     /// not be able to fill the log (C-ND-5). Counted in metrics either way.
     peer_warnings: abhyasa_transport::limit::WarnLimiter,
     max_batch_inputs: usize,
-    /// Principal-side lease renewals: a timer source served
-    /// every turn like the custodian's and the receiver's.
-    renewals: Renewals,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -89,8 +84,7 @@ impl Driver {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         agent: AgentId,
-        custodian: Custodian,
-        receiver: Receiver,
+        core: Agent,
         applier: Box<dyn Applier + Send>,
         clock: Arc<dyn Clock>,
         transport: TransportHandle,
@@ -102,11 +96,9 @@ impl Driver {
         events: broadcast::Sender<NodeEvent>,
         max_batch_inputs: usize,
     ) -> Self {
-        let renewals = Renewals::new(custodian.config().seed, std::time::Duration::ZERO, None);
         Self {
             agent,
-            custodian,
-            receiver,
+            core,
             applier,
             apply: None,
             clock,
@@ -131,16 +123,8 @@ impl Driver {
             metrics: MetricsSnapshot::default(),
             peer_warnings: abhyasa_transport::limit::WarnLimiter::default(),
             max_batch_inputs,
-            renewals,
             shutdown: None,
         }
-    }
-
-    /// Uses `renewals` as the lease renewal scheduler (built from the
-    /// node's options: seed, skew margin, revocation deadline).
-    pub(crate) fn with_renewals(mut self, renewals: Renewals) -> Self {
-        self.renewals = renewals;
-        self
     }
 
     /// Sends the receiver's apply requests to `applier` on their own
@@ -158,7 +142,10 @@ impl Driver {
     pub(crate) async fn run(mut self) -> Result<(), NodeError> {
         let span = tracing::info_span!("node", agent = %self.agent);
         let _enter = span.enter();
-        tracing::info!(pending = self.custodian.pending_len(), "node started");
+        tracing::info!(
+            pending = self.core.custodian().pending_len(),
+            "node started"
+        );
         // A restore may have emitted records (in-doubt intents).
         self.pump();
         let result = self.main_loop().await;
@@ -185,15 +172,7 @@ impl Driver {
 
     async fn main_loop(&mut self) -> Result<(), NodeError> {
         loop {
-            let next = [
-                self.custodian.poll_timeout(),
-                self.receiver.poll_timeout(),
-                self.renewals.poll_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let timer = next.map(|t| {
+            let timer = self.core.poll_timeout().map(|t| {
                 let wait = t.saturating_duration_since(self.now());
                 tokio::time::Instant::now() + wait
             });
@@ -275,19 +254,13 @@ impl Driver {
         }
     }
 
-    /// Runs the custodian's and the receiver's timers that are due now
-    /// (the receiver's: apply requests whose deadline passed undecided).
+    /// Runs the agent's timers that are due now (the receiver's: apply
+    /// requests whose deadline passed undecided), then offers the lease
+    /// renewals due.
     fn serve_timers(&mut self) {
         let now = self.now();
-        if self.custodian.poll_timeout().is_some_and(|t| t <= now) {
-            self.custodian.handle_timeout(now);
-        }
-        if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
-            self.receiver.handle_timeout(now);
-        }
-        if self.renewals.poll_timeout().is_some_and(|t| t <= now) {
-            self.renew_leases(now);
-        }
+        self.core.handle_timeout(now);
+        self.renew_leases(now);
     }
 
     /// Hands the receiver's new apply requests to the agent: to the
@@ -296,11 +269,12 @@ impl Driver {
     fn dispatch_requests(&mut self) {
         let now = self.now();
         let Some(apply) = self.apply.as_mut() else {
-            self.receiver
+            self.core
+                .receiver_mut()
                 .answer_requests_with(now, self.applier.as_mut());
             return;
         };
-        while let Some(req) = self.receiver.poll_apply_request() {
+        while let Some(req) = self.core.receiver_mut().poll_apply_request() {
             apply.queue.push_back(req);
         }
         apply.start_ready();
@@ -315,7 +289,7 @@ impl Driver {
             while a.tasks.try_join_next().is_some() {}
         }
         match decision {
-            Some(d) => match self.receiver.decide(now, ticket, d) {
+            Some(d) => match self.core.receiver_mut().decide(now, ticket, d) {
                 Ok(got) => tracing::debug!(%ticket, ?got, "decision recorded"),
                 // Declined `expired` while the agent thought, or withdrawn
                 // by a completion: nothing to record.
@@ -326,7 +300,7 @@ impl Driver {
             },
             None => {
                 tracing::warn!(%ticket, "applier gave no decision; the redelivery asks again");
-                self.receiver.abandon_request(ticket);
+                self.core.receiver_mut().abandon_request(ticket);
             }
         }
     }
@@ -351,8 +325,8 @@ impl Driver {
     fn pump(&mut self) {
         self.dispatch_requests();
         if !self.in_flight {
-            let c = self.custodian.poll_records();
-            let r = self.receiver.poll_records();
+            let c = self.core.custodian_mut().poll_records();
+            let r = self.core.receiver_mut().poll_records();
             if c.is_some() || r.is_some() {
                 let records = c.as_ref().map_or(0, |b| b.records.len())
                     + r.as_ref().map_or(0, |b| b.records.len());
@@ -390,10 +364,10 @@ impl Driver {
         self.metrics.commit_batch_records.record(d.records as u64);
         self.metrics.commit_latency_us.record(d.micros);
         if let Some(t) = d.custodian {
-            self.custodian.handle_committed(t);
+            self.core.custodian_mut().handle_committed(t);
         }
         if let Some(t) = d.receiver {
-            self.receiver.handle_committed(t);
+            self.core.receiver_mut().handle_committed(t);
         }
         let replies = self.gate.job_done();
         // Release first: a held reply may report what this commit released
@@ -407,8 +381,8 @@ impl Driver {
 
     /// Sends `reply` once every record emitted so far is durable (C-ND-2).
     fn after_commit(&mut self, reply: Held<Driver>) {
-        let uncommitted =
-            self.custodian.uncommitted_records() + self.receiver.uncommitted_records();
+        let uncommitted = self.core.custodian().uncommitted_records()
+            + self.core.receiver().uncommitted_records();
         if let Some(now) = self.gate.hold(uncommitted, reply) {
             now(self);
         }

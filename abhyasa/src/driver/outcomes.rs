@@ -16,10 +16,7 @@ const RECENT_OUTCOMES: usize = 65_536;
 
 impl Driver {
     pub(super) fn release(&mut self) {
-        while let Some(t) = self.custodian.poll_transmit() {
-            self.send(t);
-        }
-        while let Some(t) = self.receiver.poll_transmit() {
+        while let Some(t) = self.core.poll_transmit() {
             self.send(t);
         }
         // Whether anyone listens, asked once per batch: a send takes the
@@ -30,13 +27,13 @@ impl Driver {
         // reaches this driver as a command, so its events come in a later
         // batch, which sees it.
         let listening = self.events.receiver_count() > 0;
-        while let Some(e) = self.custodian.poll_event() {
+        while let Some(e) = self.core.custodian_mut().poll_event() {
             self.on_custodian_event(&e);
             if listening {
                 let _ = self.events.send(NodeEvent::Custodian(e));
             }
         }
-        while let Some(e) = self.receiver.poll_event() {
+        while let Some(e) = self.core.receiver_mut().poll_event() {
             match &e {
                 ReceiverEvent::Applied { .. } => self.metrics.receiver_applied += 1,
                 ReceiverEvent::Declined { reason, .. } => {
@@ -168,7 +165,8 @@ impl Driver {
         // reads instead: no insert and eviction per obligation, and the
         // same answer after the cache would have let it go or a restart.
         if self
-            .custodian
+            .core
+            .custodian()
             .terminal(&id)
             .is_some_and(|t| summary_tells(t, &outcome))
         {
