@@ -47,9 +47,6 @@ pub(crate) enum Command {
         outcome: ExternalOutcome,
         reply: oneshot::Sender<Result<Received, NodeError>>,
     },
-    Metrics {
-        reply: oneshot::Sender<MetricsSnapshot>,
-    },
     /// C-ND-5: compaction is an input (see `compaction.rs`).
     Compact {
         retention: std::time::Duration,
@@ -57,6 +54,18 @@ pub(crate) enum Command {
     },
     Shutdown {
         reply: oneshot::Sender<()>,
+    },
+    /// A read of the node's state.
+    Read(Read),
+}
+
+/// A read: answered from the machines' state, after what is in flight
+/// commits where it reports durable state (C-ND-2).
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// The node's counters.
+    Metrics {
+        reply: oneshot::Sender<MetricsSnapshot>,
     },
     /// Leases: the authority on one governed key, read now.
     Authorized {

@@ -22,7 +22,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
 use crate::clock::Clock;
-use crate::command::Command;
+use crate::command::{Command, Read};
 use crate::driver::Driver;
 use crate::metrics::MetricsSnapshot;
 use crate::store_thread::{self, Job, LogSink, Query, StoreJobs};
@@ -356,7 +356,9 @@ impl Node {
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, NodeError> {
-        let mut m = self.ask(|reply| Command::Metrics { reply }).await?;
+        let mut m = self
+            .ask(|reply| Command::Read(Read::Metrics { reply }))
+            .await?;
         m.peers_connected = self.transport.connected_peers().len() as u64;
         Ok(m)
     }
@@ -370,13 +372,15 @@ impl Node {
         key: &str,
     ) -> Result<abhyasa_core::custody::lease::Authority, NodeError> {
         let key = key.to_string();
-        self.ask(|reply| Command::Authorized { key, reply }).await
+        self.ask(|reply| Command::Read(Read::Authorized { key, reply }))
+            .await
     }
 
     /// Every governed key that holds or held a leased grant, in key order,
     /// with its authority now (`abhyasa leases`). Cancel-safe.
     pub async fn leases(&self) -> Result<Vec<crate::leases::LeaseView>, NodeError> {
-        self.ask(|reply| Command::Leases { reply }).await
+        self.ask(|reply| Command::Read(Read::Leases { reply }))
+            .await
     }
 
     /// The leases this node renews as principal: one chain per
@@ -384,7 +388,8 @@ impl Node {
     /// grants, with the latest grant sent and when the next renewal is due.
     /// Cancel-safe.
     pub async fn renewals(&self) -> Result<Vec<crate::leases::RenewalView>, NodeError> {
-        self.ask(|reply| Command::Renewals { reply }).await
+        self.ask(|reply| Command::Read(Read::Renewals { reply }))
+            .await
     }
 
     /// The warnings raised when leased grants were offered (a lease term
@@ -392,7 +397,8 @@ impl Node {
     /// grant that cannot be renewed), oldest first; each was also logged.
     /// Cancel-safe.
     pub async fn lease_warnings(&self) -> Result<Vec<crate::leases::LeaseWarning>, NodeError> {
-        self.ask(|reply| Command::LeaseWarnings { reply }).await
+        self.ask(|reply| Command::Read(Read::LeaseWarnings { reply }))
+            .await
     }
 
     async fn query<T>(

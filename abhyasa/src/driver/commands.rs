@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::outcomes::summary_outcome;
 use super::Driver;
 use crate::api::{CustodianState, NodeError, Outcome, StatusView};
-use crate::command::Command;
+use crate::command::{Command, Read};
 
 impl Driver {
     /// Returns false on shutdown.
@@ -70,7 +70,23 @@ impl Driver {
                     .map_err(NodeError::from);
                 self.reply_after_commit(reply, r);
             }
-            Command::Metrics { reply } => {
+            Command::Compact { retention, reply } => {
+                let started = crate::compaction::start(now, retention, &mut self.core, &self.store);
+                let _ = reply.send(started);
+            }
+            Command::Read(r) => self.on_read(r),
+            Command::Shutdown { reply } => {
+                self.shutdown = Some(reply);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A read of the node's state.
+    fn on_read(&mut self, r: Read) {
+        match r {
+            Read::Metrics { reply } => {
                 self.metrics.absorb_custodian(
                     self.core.custodian().stats(),
                     self.core.custodian().pending_len(),
@@ -79,18 +95,14 @@ impl Driver {
                 self.metrics.replies_held = self.gate.held() as u64;
                 let _ = reply.send(self.metrics.clone());
             }
-            Command::Compact { retention, reply } => {
-                let started = crate::compaction::start(now, retention, &mut self.core, &self.store);
-                let _ = reply.send(started);
-            }
-            Command::Authorized { key, reply } => {
+            Read::Authorized { key, reply } => {
                 // Read after what is in flight commits (C-ND-2): a grant
                 // is never reported that a crash could still undo.
                 self.after_commit(Box::new(move |d: &Driver| {
                     let _ = reply.send(d.core.receiver().authority(&key, d.now()));
                 }));
             }
-            Command::Leases { reply } => {
+            Read::Leases { reply } => {
                 self.after_commit(Box::new(move |d: &Driver| {
                     let views = d
                         .core
@@ -102,21 +114,16 @@ impl Driver {
                     let _ = reply.send(views);
                 }));
             }
-            Command::Renewals { reply } => {
+            Read::Renewals { reply } => {
                 // The latest renewal shown is durable (C-ND-2).
                 self.after_commit(Box::new(move |d: &Driver| {
                     let _ = reply.send(d.core.renewals().views());
                 }));
             }
-            Command::LeaseWarnings { reply } => {
+            Read::LeaseWarnings { reply } => {
                 let _ = reply.send(self.core.renewals().warnings());
             }
-            Command::Shutdown { reply } => {
-                self.shutdown = Some(reply);
-                return false;
-            }
         }
-        true
     }
 
     /// An offer: admitted against the send queue and the renewal chains,

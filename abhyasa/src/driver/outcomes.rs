@@ -152,6 +152,13 @@ impl Driver {
                 return;
             }
         };
+        self.settle(id, outcome);
+    }
+
+    /// A transfer ended with `outcome`: its waiters are answered, and the
+    /// outcome is kept for later callers unless the terminal summary tells
+    /// all of it.
+    fn settle(&mut self, id: ObligationId, outcome: Outcome) {
         if let Some(ws) = self.outcome_waiters.remove(&id) {
             self.outcome_waiter_count = self.outcome_waiter_count.saturating_sub(ws.len());
             for w in ws {
