@@ -7,10 +7,12 @@
 //!
 //! This crate never reads a clock, opens a socket or draws from a global
 //! RNG: time comes in as `now` arguments and randomness from seeds in the
-//! configuration. See [`custody::Custodian`] and [`custody::Receiver`] for
+//! configuration. See [`agent::Agent`] (one party: custodian, receiver and
+//! lease renewals), [`custody::Custodian`] and [`custody::Receiver`] for
 //! the polling contracts, and `spec/protocol.md` for the normative rules.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod canonical;
 pub mod custody;
 pub mod error;
@@ -20,6 +22,7 @@ pub mod mutations;
 pub mod polarity;
 pub mod principal;
 pub mod sharded;
+mod splitmix;
 pub mod store;
 pub mod wire;
 

@@ -17,12 +17,11 @@
 
 use std::time::Duration;
 
-use abhyasa_core::custody::{Custodian, Receiver};
+use abhyasa_core::agent::Agent;
 use abhyasa_core::store::{Compacted, StoreError};
 use abhyasa_core::Timestamp;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::driver::Command;
 use crate::store_thread::{Job, Query, StoreJobs};
 
 /// When and how much the node compacts.
@@ -80,13 +79,12 @@ pub(crate) struct Started {
     pub(crate) store: oneshot::Receiver<Result<Compacted, StoreError>>,
 }
 
-/// The driver's hook: compacts both machines at `now` and queues the same
+/// The driver's hook: compacts the agent's custodian and receiver at `now` and queues the same
 /// compaction on the store.
 pub(crate) fn start(
     now: Timestamp,
     retention: Duration,
-    custodian: &mut Custodian,
-    receiver: &mut Receiver,
+    agent: &mut Agent,
     store: &StoreJobs,
 ) -> Started {
     // `past_retention(d, now, r)` is `d + r < now`, i.e. `d < now - r`: the
@@ -94,8 +92,8 @@ pub(crate) fn start(
     let before = now.saturating_sub(retention);
     let report = CompactionReport {
         at: Some(now),
-        custodian_terminal: custodian.compact(before),
-        receiver_ledger: receiver.compact(before),
+        custodian_terminal: agent.custodian_mut().compact(before),
+        receiver_ledger: agent.receiver_mut().compact(before),
         store: Compacted::default(),
     };
     let (tx, rx) = oneshot::channel();
@@ -114,44 +112,4 @@ pub(crate) async fn finish(started: Started) -> Result<CompactionReport, crate::
         store,
         ..started.report
     })
-}
-
-/// Runs one compaction through the driver's command queue.
-pub(crate) async fn run(
-    commands: &mpsc::Sender<Command>,
-    retention: Duration,
-) -> Result<CompactionReport, crate::NodeError> {
-    let (reply, rx) = oneshot::channel();
-    commands
-        .send(Command::Compact { retention, reply })
-        .await
-        .map_err(|_| crate::NodeError::Stopped)?;
-    finish(rx.await.map_err(|_| crate::NodeError::Stopped)?).await
-}
-
-/// Starts the schedule: every `policy.interval`, one run. The task holds
-/// only a weak handle on the command queue, so it never keeps a node alive;
-/// it ends when the node stops.
-pub(crate) fn spawn_schedule(commands: &mpsc::Sender<Command>, policy: CompactionPolicy) {
-    if policy.interval.is_zero() {
-        return;
-    }
-    let weak = commands.downgrade();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(policy.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is immediate: a node reopened after a long stop
-        // drops what expired meanwhile right away.
-        loop {
-            tick.tick().await;
-            let Some(commands) = weak.upgrade() else {
-                return;
-            };
-            match run(&commands, policy.retention).await {
-                Ok(r) => tracing::debug!(report = ?r, "compacted"),
-                Err(crate::NodeError::Stopped) => return,
-                Err(e) => tracing::warn!(error = %e, "compaction failed"),
-            }
-        }
-    });
 }

@@ -70,12 +70,14 @@
 mod api;
 pub mod applier;
 pub mod clock;
+mod command;
 pub mod compaction;
 mod driver;
 mod gate;
 pub mod leases;
 pub mod metrics;
 mod node;
+mod schedule;
 mod store_thread;
 pub mod subscription;
 

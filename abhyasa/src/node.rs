@@ -22,7 +22,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::api::{NodeBuilder, NodeError, NodeEvent, NodeOptions, Outcome, StatusView};
 use crate::clock::Clock;
-use crate::driver::{Command, Driver};
+use crate::command::{Command, Read};
+use crate::driver::Driver;
 use crate::metrics::MetricsSnapshot;
 use crate::store_thread::{self, Job, LogSink, Query, StoreJobs};
 use crate::subscription::Subscription;
@@ -122,7 +123,7 @@ impl Node {
         stop.disarm();
         published.store(state.next_event.0, std::sync::atomic::Ordering::SeqCst);
         let now = options.clock.now();
-        let renewals = crate::leases::Renewals::new(
+        let renewals = abhyasa_core::custody::renewal::Renewals::new(
             options.custodian.seed,
             options.receiver.skew_margin,
             options.revocation_deadline,
@@ -149,8 +150,7 @@ impl Node {
         let transport = handle.clone();
         let driver = Driver::new(
             agent.clone(),
-            custodian,
-            receiver,
+            abhyasa_core::agent::Agent::new(custodian, receiver, renewals),
             options.applier,
             options.clock.clone(),
             handle,
@@ -162,14 +162,13 @@ impl Node {
             ev_tx.clone(),
             options.max_batch_inputs,
         )
-        .with_async_applier(options.async_applier)
-        .with_renewals(renewals);
+        .with_async_applier(options.async_applier);
         let (stopped_tx, stopped) = watch::channel(None);
         tokio::spawn(async move {
             let result = driver.run().await.map_err(Arc::new);
             stopped_tx.send_replace(Some(result));
         });
-        crate::compaction::spawn_schedule(&cmd_tx, options.compaction);
+        crate::schedule::spawn_schedule(&cmd_tx, options.compaction);
         Ok(Node {
             agent,
             commands: cmd_tx,
@@ -357,7 +356,9 @@ impl Node {
     ///
     /// Cancellation: a read; dropping it discards the answer.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, NodeError> {
-        let mut m = self.ask(|reply| Command::Metrics { reply }).await?;
+        let mut m = self
+            .ask(|reply| Command::Read(Read::Metrics { reply }))
+            .await?;
         m.peers_connected = self.transport.connected_peers().len() as u64;
         Ok(m)
     }
@@ -371,13 +372,15 @@ impl Node {
         key: &str,
     ) -> Result<abhyasa_core::custody::lease::Authority, NodeError> {
         let key = key.to_string();
-        self.ask(|reply| Command::Authorized { key, reply }).await
+        self.ask(|reply| Command::Read(Read::Authorized { key, reply }))
+            .await
     }
 
     /// Every governed key that holds or held a leased grant, in key order,
     /// with its authority now (`abhyasa leases`). Cancel-safe.
     pub async fn leases(&self) -> Result<Vec<crate::leases::LeaseView>, NodeError> {
-        self.ask(|reply| Command::Leases { reply }).await
+        self.ask(|reply| Command::Read(Read::Leases { reply }))
+            .await
     }
 
     /// The leases this node renews as principal: one chain per
@@ -385,7 +388,8 @@ impl Node {
     /// grants, with the latest grant sent and when the next renewal is due.
     /// Cancel-safe.
     pub async fn renewals(&self) -> Result<Vec<crate::leases::RenewalView>, NodeError> {
-        self.ask(|reply| Command::Renewals { reply }).await
+        self.ask(|reply| Command::Read(Read::Renewals { reply }))
+            .await
     }
 
     /// The warnings raised when leased grants were offered (a lease term
@@ -393,7 +397,8 @@ impl Node {
     /// grant that cannot be renewed), oldest first; each was also logged.
     /// Cancel-safe.
     pub async fn lease_warnings(&self) -> Result<Vec<crate::leases::LeaseWarning>, NodeError> {
-        self.ask(|reply| Command::LeaseWarnings { reply }).await
+        self.ask(|reply| Command::Read(Read::LeaseWarnings { reply }))
+            .await
     }
 
     async fn query<T>(
@@ -474,7 +479,7 @@ impl Node {
         &self,
         retention: Duration,
     ) -> Result<crate::compaction::CompactionReport, NodeError> {
-        crate::compaction::run(&self.commands, retention).await
+        crate::schedule::run(&self.commands, retention).await
     }
 
     /// Waits until the node has stopped and says how: `Ok(())` after

@@ -7,6 +7,7 @@ pub mod lease;
 mod outbox;
 mod receiver;
 mod record;
+pub mod renewal;
 mod transmit;
 
 pub use applier::{
@@ -14,7 +15,7 @@ pub use applier::{
 };
 pub use custodian::{
     AckBinding, AckDisposition, Custodian, CustodianConfig, CustodianEvent, CustodianStats,
-    CustodyProfile, IgnoredAck, Offered,
+    CustodyProfile, IgnoredAck, Offered, STATUS_QUERY_MAX_IDS,
 };
 pub use outbox::{CommitToken, RecordBatch};
 pub use receiver::{

@@ -7,6 +7,7 @@
 //! * `frame` — length-delimited frames on a byte stream ([`FrameDecoder`]);
 //! * [`json`] — the other codec, JSON v1;
 //! * [`relay`] — store-and-forward frames;
+//! * [`shape`] — a coalesced message too large for a frame, sent in parts;
 //! * `code` — the wire's [`ErrorCode`]s and the one mapping from errors to
 //!   them.
 //!
@@ -19,8 +20,12 @@ mod code;
 mod frame;
 pub mod json;
 mod message;
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::unwrap_used)]
+mod pb;
 mod protobuf;
 pub mod relay;
+mod seal;
+pub mod shape;
 
 pub use code::ErrorCode;
 pub use frame::{FrameDecoder, DEFAULT_MAX_FRAME};

@@ -7,6 +7,7 @@ use prost::Message as _;
 
 use super::code::ErrorCode;
 use super::message::{Envelope, Message, ProtocolError, StatusReply};
+use super::pb;
 use super::relay::{self, RelayMessage};
 use super::PROTOCOL_VERSION;
 use crate::error::{FieldError, FieldProblem, PeerError};
@@ -14,11 +15,6 @@ use crate::model::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, Kind, Obligation, ObligationId, Payload,
     Timestamp,
 };
-
-#[allow(missing_docs, unreachable_pub, clippy::all, clippy::unwrap_used)]
-pub(super) mod pb {
-    include!(concat!(env!("OUT_DIR"), "/abhyasa.v1.rs"));
-}
 
 impl ErrorCode {
     fn to_pb(self) -> pb::ErrorCode {

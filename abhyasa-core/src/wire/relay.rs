@@ -5,15 +5,15 @@
 //! origin signs a [`Sealed`] wrapper over its own encoded envelope, and the
 //! destination verifies it against the origin's **pinned** key before it
 //! processes the inner envelope as if the origin had sent it. This module is
-//! the pure part: the wire types, their codecs, the bytes the signature
-//! covers ([`Sealed::signing_input`]) and the checks that need no key
-//! ([`Sealed::open`]). The signature scheme itself (ECDSA P-256 with the
+//! the pure part: the wire types, their codecs and the bytes the signature
+//! covers ([`Sealed::signing_input`]); the checks that need no key
+//! ([`Sealed::open`]) and the origin's dedup keys look inside an envelope
+//! and live in `seal`. The signature scheme itself (ECDSA P-256 with the
 //! node's identity key) lives with the keys, in `abhyasa-spool`.
 
 use sha2::{Digest as _, Sha256};
 
-use super::protobuf::pb;
-use super::{Envelope, Message};
+use super::pb;
 use crate::error::{FieldError, FieldProblem, PeerError};
 use crate::model::{AgentId, Digest, ObligationId, Timestamp};
 
@@ -89,7 +89,7 @@ impl std::fmt::Display for FrameKey {
 /// relay keeps one copy per (origin, destination, key), the newest, so
 /// retransmissions while the destination is dark collapse to one entry.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DedupKey(Vec<u8>);
+pub struct DedupKey(pub(super) Vec<u8>);
 
 impl DedupKey {
     /// Checks the length bound.
@@ -104,23 +104,6 @@ impl DedupKey {
             ));
         }
         Ok(Self(bytes.to_vec()))
-    }
-
-    /// The key an origin uses for `message`: for an obligation its id and
-    /// digest (one copy per obligation and content, whatever the attempt),
-    /// for a status query a constant (the newest query wins), for anything
-    /// else a hash of the encoded inner envelope (acks by frame hash).
-    pub fn for_message(message: &Message, inner: &[u8]) -> Self {
-        let mut h = Sha256::new();
-        match message {
-            Message::Obligation(o) => return Self::for_obligation(o.id(), &o.digest()),
-            Message::StatusQuery(_) => h.update(b"status-query\0"),
-            _ => {
-                h.update(b"frame\0");
-                h.update(inner);
-            }
-        }
-        Self(h.finalize().to_vec())
     }
 
     /// The key of every sealed copy of obligation `id` with `digest`: what
@@ -160,7 +143,7 @@ pub struct Sealed {
     pub expires_at: Timestamp,
     /// See [`DedupKey`].
     pub dedup_key: DedupKey,
-    /// The origin's encoded [`Envelope`] (no length prefix).
+    /// The origin's encoded [`Envelope`](super::Envelope) (no length prefix).
     pub inner: Vec<u8>,
     /// The origin's DER certificate; the destination checks its SHA-256
     /// against the fingerprint it pinned for `origin`.
@@ -258,33 +241,6 @@ impl Sealed {
     /// The relay's key for this frame.
     pub fn key(&self) -> FrameKey {
         FrameKey::of(&self.origin, &self.destination, &self.dedup_key)
-    }
-
-    /// The checks a destination makes that need no key: addressed to
-    /// `local`, inner decodes, inner sender is the origin, no nesting.
-    /// Returns the inner envelope. The caller must also verify the
-    /// signature against the origin's pinned key before acting on it.
-    pub fn open(&self, local: &AgentId) -> Result<Envelope, SealError> {
-        if &self.destination != local {
-            return Err(SealError::WrongDestination {
-                destination: self.destination.clone(),
-                local: local.clone(),
-            });
-        }
-        let env = Envelope::decode(&self.inner).map_err(|error| SealError::Inner {
-            origin: self.origin.clone(),
-            error,
-        })?;
-        if env.sender != self.origin {
-            return Err(SealError::InnerSender {
-                origin: self.origin.clone(),
-                sender: env.sender,
-            });
-        }
-        if matches!(env.message, Message::Relay(_)) {
-            return Err(SealError::Nested(self.origin.clone()));
-        }
-        Ok(env)
     }
 }
 

@@ -95,6 +95,27 @@ pub enum NodeError {
     },
 }
 
+impl From<abhyasa_core::custody::renewal::SupersededByRenewal> for NodeError {
+    fn from(e: abhyasa_core::custody::renewal::SupersededByRenewal) -> Self {
+        Self::SupersededByRenewal {
+            key: e.key,
+            offered: e.offered,
+            newest: e.newest,
+        }
+    }
+}
+
+impl From<abhyasa_core::agent::Refused> for NodeError {
+    fn from(e: abhyasa_core::agent::Refused) -> Self {
+        match e {
+            abhyasa_core::agent::Refused::SupersededByRenewal(s) => s.into(),
+            abhyasa_core::agent::Refused::Offer(e) => Self::Offer(e),
+            // `Refused` may grow; what it carries is shown as is.
+            other => Self::invalid("obligation", other.to_string()),
+        }
+    }
+}
+
 impl NodeError {
     /// An [`InvalidOptions`](Self::InvalidOptions) error.
     pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {

@@ -8,6 +8,8 @@
 //! 1. feeds inputs: [`Custodian::offer`], [`Custodian::handle_ack`],
 //!    [`Custodian::handle_error`], [`Custodian::handle_status_reply`],
 //!    [`Custodian::handle_timeout`] (whenever `now >= poll_timeout()`);
+//!    when a link to a receiver comes up, sends
+//!    [`Custodian::status_queries`] at once;
 //! 2. drains [`Custodian::poll_records`] and commits the batch durably
 //!    (group commit: one flush for the whole batch), then hands its token to
 //!    [`Custodian::handle_committed`];
@@ -29,11 +31,13 @@
 mod ack;
 mod config;
 mod event;
+mod link;
 mod offer;
 
 pub use ack::{AckDisposition, IgnoredAck};
 pub use config::{AckBinding, CustodianConfig, CustodyProfile};
 pub use event::{CustodianEvent, CustodianStats, Offered};
+pub use link::STATUS_QUERY_MAX_IDS;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -93,15 +97,11 @@ pub struct Custodian {
 /// a few nanoseconds, where seeding a ChaCha8 generator per draw cost ~1%
 /// of a custody transfer's CPU.
 fn jitter_draw(seed: u64, digest: &Digest, attempt: u32) -> f64 {
-    fn mix(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+    use crate::splitmix::{mix, unit, GOLDEN};
     let keyed = mix((seed ^ digest.prefix_u64()).wrapping_add(GOLDEN));
-    let z = mix(keyed.wrapping_add(u64::from(attempt).wrapping_mul(GOLDEN)));
-    (z >> 11) as f64 / (1u64 << 53) as f64
+    unit(mix(
+        keyed.wrapping_add(u64::from(attempt).wrapping_mul(GOLDEN))
+    ))
 }
 
 impl Custodian {
