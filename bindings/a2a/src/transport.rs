@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::card::{agent_card, AbhyasaServiceRef, AgentCard, ServiceRefError};
 use crate::client::{check_endpoint, JsonClient};
-use abhyasa_quic::{
+use abhyasa_identity::{
     dangerous_pinned_client_tls, pinned_server_tls, Fingerprint, Identity, PeerPin, PinError,
     PinSet, TlsError,
 };

@@ -5,15 +5,14 @@
 use std::sync::Arc;
 
 use abhyasa_core::AgentId;
+use abhyasa_identity::{Enrolment, LivePins, PinError, PinSet, TlsError};
 use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
 use abhyasa_transport::link::{DialError, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
 
 use crate::config::QuicConfig;
-use crate::enrol::{Enrolment, LivePins};
-use crate::identity::{PinError, PinSet};
-use crate::tls::{self, TlsError};
+use crate::tls;
 
 /// Largest chunk read from a stream at once.
 const READ_CHUNK: usize = 64 * 1024;

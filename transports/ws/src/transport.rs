@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use abhyasa_core::{AgentId, PeerError};
-use abhyasa_quic::{Enrolment, LivePins, PinError, PinSet};
+use abhyasa_identity::{Enrolment, LivePins, PinError, PinSet};
 use abhyasa_transport::limit::{
     DescriptorPermit, Descriptors, HandshakeSlot, HandshakeSlots, WarnLimiter,
 };
