@@ -289,8 +289,8 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
     }
     // The spool opens first: a relay whose spool cannot open never listens.
     let spool = Spool::open(&config.spool_path, config.limits.clone())?;
-    let mut transports = Vec::new();
-    let mut enrolments = Vec::new();
+    let mut transports: Vec<Transport> = Vec::new();
+    let mut enrolments: Vec<Enrolment> = Vec::new();
     #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
     let (mut quic_addr, mut ws_addr) = (None, None);
     #[cfg(feature = "quic")]
