@@ -91,7 +91,7 @@ use std::time::Duration;
 
 use abhyasa_core::custody::CustodyProfile;
 use abhyasa_core::{AgentId, DeclinePolicy, Kind, RetryBackoff};
-use abhyasa_quic::{Fingerprint, PeerPin};
+use abhyasa_identity::{Fingerprint, PeerPin};
 use abhyasa_store::StoreKind;
 use serde::{Deserialize, Serialize};
 

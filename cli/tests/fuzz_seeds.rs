@@ -28,7 +28,7 @@ use abhyasa_core::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Kind, KindProfile, Obligation, ObligationId,
     Payload, RetryBackoff, Timestamp,
 };
-use abhyasa_quic::{generate_identity, Fingerprint, PeerPin};
+use abhyasa_identity::{generate_identity, Fingerprint, PeerPin};
 use abhyasa_spool::{Opener, Sealer};
 use abhyasa_ws::fuzzing::HelloHarness;
 use bytes::BytesMut;

@@ -9,7 +9,7 @@
 #![no_main]
 
 use abhyasa_core::wire::{Envelope, Message, SealError};
-use abhyasa_quic::{Fingerprint, PeerPin};
+use abhyasa_identity::{Fingerprint, PeerPin};
 use abhyasa_spool::Opener;
 use libfuzzer_sys::fuzz_target;
 

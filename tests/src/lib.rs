@@ -69,7 +69,8 @@ use abhyasa_core::wire::Message;
 use abhyasa_core::{
     AgentId, DeclinePolicy, DeclineReason, Kind, Obligation, ObligationId, RetryBackoff, Timestamp,
 };
-use abhyasa_quic::{generate_identity, Identity, QuicConfig};
+use abhyasa_identity::{generate_identity, Identity};
+use abhyasa_quic::QuicConfig;
 use abhyasa_spool::{RelayConfig, RelayHandle, RelayedConfig, SpoolLimits};
 use abhyasa_store::{StoreKind, StoreOptions};
 use abhyasa_transport::mem::MemNetwork;

@@ -55,7 +55,7 @@ impl JsonClient {
 
     /// POSTs `body` as JSON with an optional bearer token. An `https://`
     /// URL needs `tls`: the pinned client configuration for that peer
-    /// (`abhyasa_quic::dangerous_pinned_client_tls`); without it the POST
+    /// (`abhyasa_identity::dangerous_pinned_client_tls`); without it the POST
     /// is refused before anything is sent.
     pub async fn post(
         &self,
@@ -102,9 +102,10 @@ impl JsonClient {
             let _ = tcp.set_nodelay(true);
             match connector {
                 Some(c) => {
-                    let name =
-                        rustls::pki_types::ServerName::try_from(abhyasa_quic::PINNED_SERVER_NAME)
-                            .map_err(|e| format!("POST {url}: {e}"))?;
+                    let name = rustls::pki_types::ServerName::try_from(
+                        abhyasa_identity::PINNED_SERVER_NAME,
+                    )
+                    .map_err(|e| format!("POST {url}: {e}"))?;
                     let tls = c
                         .connect(name, tcp)
                         .await

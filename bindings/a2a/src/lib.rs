@@ -26,6 +26,8 @@ pub mod message;
 #[cfg(feature = "http")]
 mod server;
 #[cfg(feature = "http")]
+mod state;
+#[cfg(feature = "http")]
 pub mod transport;
 
 pub use card::{AbhyasaServiceRef, AgentCard, AgentExtension, EXTENSION_URI};

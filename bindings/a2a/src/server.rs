@@ -28,7 +28,7 @@ use crate::message::{
     reply_message, requested_extensions, send_message_result, A2aVersion, RpcError, RpcRequest,
     SendMessage,
 };
-use crate::transport::{Answer, State, SubmitError, TlsPeer};
+use crate::state::{Answer, State, SubmitError, TlsPeer};
 
 type St = AxState<Arc<State>>;
 

@@ -26,7 +26,7 @@ use abhyasa_core::custody::{
 };
 use abhyasa_core::store::SimStore;
 use abhyasa_core::{AgentId, Kind, Obligation, ObligationId, RetryBackoff};
-use abhyasa_quic::{dangerous_pinned_client_tls, generate_identity, Fingerprint, Identity};
+use abhyasa_identity::{dangerous_pinned_client_tls, generate_identity, Fingerprint, Identity};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};

@@ -14,7 +14,8 @@ use abhyasa_core::custody::{
     StandardApplier, TerminalState,
 };
 use abhyasa_core::{AgentId, DeclineReason, Obligation, RetryBackoff, SafeEffect};
-use abhyasa_quic::{generate_identity, QuicConfig};
+use abhyasa_identity::generate_identity;
+use abhyasa_quic::QuicConfig;
 use abhyasa_store::{StoreKind, StoreOptions};
 use serde_json::{json, Value};
 use tokio::net::UdpSocket;

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{generate_identity, Identity};
+use abhyasa_identity::{generate_identity, Identity};
 
 use crate::config::{NodeConfig, CONFIG_FILE};
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use abhyasa::{Node, NodeError, NodeEvent, NodeOptions};
 use abhyasa_core::store::StoreError;
-use abhyasa_quic::{Identity, QuicConfig};
+use abhyasa_identity::Identity;
+use abhyasa_quic::QuicConfig;
 use abhyasa_store::StoreOptions;
 
 use abhyasa_a2a::{HttpConfig, HttpPeer};

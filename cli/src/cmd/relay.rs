@@ -42,7 +42,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{Fingerprint, Identity, PeerPin, QuicConfig};
+use abhyasa_identity::{Fingerprint, Identity, PeerPin};
+use abhyasa_quic::QuicConfig;
 use abhyasa_spool::{RelayConfig, RelayHandle, RelayedConfig, SpoolLimits, SpoolStatus};
 use abhyasa_transport::Transport;
 use abhyasa_ws::WsConfig;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use abhyasa_core::store::{SimStore, Store};
 use abhyasa_core::{AgentId, Obligation, ObligationId, Timestamp};
-use abhyasa_quic::generate_identity;
+use abhyasa_identity::generate_identity;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;

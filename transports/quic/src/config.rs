@@ -6,7 +6,7 @@ use std::time::Duration;
 use abhyasa_core::AgentId;
 use abhyasa_transport::LinkConfig;
 
-use crate::identity::{Identity, PeerPin};
+use abhyasa_identity::{Identity, PeerPin};
 
 /// Default idle timeout: 30 s. A connection that hears nothing (not even a
 /// keep-alive acknowledgement) for this long is closed and, for configured

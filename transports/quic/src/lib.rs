@@ -3,10 +3,9 @@
 //! The QUIC transport of Abhyasa, on `quinn` and `rustls` with the `ring`
 //! provider (no system dependencies).
 //!
-//! * **Identity.** Each node has an ECDSA P-256 key and a self-signed
-//!   certificate ([`generate_identity`], PEM helpers on [`Identity`]).
-//!   Peers are pinned by the certificate's SHA-256 [`Fingerprint`], bound
-//!   to their agent id ([`PeerPin`]).
+//! * **Identity.** Each node has the ECDSA P-256 key and self-signed
+//!   certificate of `abhyasa-identity`; peers are pinned by the
+//!   certificate's SHA-256 fingerprint, bound to their agent id.
 //! * **Mutual TLS 1.3.** The server requires a client certificate; both
 //!   sides accept only pinned certificates and still verify the handshake
 //!   signatures, so a connection from an unknown or mismatched key is
@@ -25,32 +24,20 @@
 //!   key is derived from the node key, so a restarted node resets its
 //!   predecessor's connections and peers reconnect at once.
 //!
-//! * **Enrolment.** [`start_enrollable`] also returns an [`Enrolment`]:
-//!   accepted peers can be added and removed while the endpoint runs (a
-//!   relay enrolling edges without a restart); removing one closes its
-//!   connections.
+//! * **Enrolment.** [`start_enrollable`] also returns an
+//!   [`abhyasa_identity::Enrolment`]: accepted peers can be added and
+//!   removed while the endpoint runs (a relay enrolling edges without a
+//!   restart); removing one closes its connections.
 //!
 //! [`start`] returns the common [`abhyasa_transport::Transport`].
 #![forbid(unsafe_code)]
 
 mod config;
-mod enrol;
-mod identity;
 mod tls;
 mod transport;
-mod verify;
 
 pub use config::{
     QuicConfig, QuicPeer, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_KEEP_ALIVE,
-};
-pub use enrol::{Enrolment, LivePins};
-pub use identity::{
-    generate_identity, verify_signature, Fingerprint, FingerprintParseError, Identity,
-    IdentityError, PeerPin, PinError, PinSet, SignatureError,
-};
-pub use tls::{
-    dangerous_pinned_client_tls, live_pinned_server_tls, pinned_server_tls, TlsError,
-    PINNED_SERVER_NAME,
 };
 pub use transport::{start, start_enrollable, start_with_socket, StartError};
 

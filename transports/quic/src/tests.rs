@@ -1,6 +1,5 @@
 //! Loopback tests of the QUIC transport (127.0.0.1 only, bounded in time).
 
-mod identity;
 mod transport;
 
 use std::net::SocketAddr;
@@ -10,7 +9,9 @@ use abhyasa_core::wire::{Envelope, Message};
 use abhyasa_core::{AgentId, ObligationId};
 use abhyasa_transport::{Backoff, Incoming, LinkConfig, Transport};
 
-use crate::{generate_identity, Identity, QuicConfig};
+use abhyasa_identity::{generate_identity, Identity};
+
+use crate::QuicConfig;
 
 pub(super) fn id(s: &str) -> AgentId {
     AgentId::new(s).expect("valid agent id")

@@ -5,15 +5,13 @@
 use std::sync::Arc;
 
 use abhyasa_core::AgentId;
-use abhyasa_transport::limit::{HandshakeSlot, HandshakeSlots, WarnLimiter};
-use abhyasa_transport::link::{DialError, Link, Registry};
+use abhyasa_identity::{Enrolment, LivePins, PinError, PinSet, TlsError};
+use abhyasa_transport::link::{Accepted, Admission, Admitted, Attempt, DialError, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
 
 use crate::config::QuicConfig;
-use crate::enrol::{Enrolment, LivePins};
-use crate::identity::{PinError, PinSet};
-use crate::tls::{self, TlsError};
+use crate::tls;
 
 /// Largest chunk read from a stream at once.
 const READ_CHUNK: usize = 64 * 1024;
@@ -59,11 +57,9 @@ struct Ctx {
     registry: Registry,
     endpoint: quinn::Endpoint,
     transport: Arc<quinn::TransportConfig>,
-    /// C-ND-5: inbound handshakes in flight, capped.
-    handshakes: HandshakeSlots,
-    /// C-ND-5: refused inbound connections are peer-caused; log them
-    /// rate-limited.
-    refusals: WarnLimiter,
+    /// C-ND-5, C-PA-1: inbound handshakes in flight, capped; refusals
+    /// counted and logged rate-limited.
+    admission: Admission,
 }
 
 fn transport_config(config: &QuicConfig) -> Result<quinn::TransportConfig, StartError> {
@@ -171,8 +167,12 @@ async fn start_inner(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
-    let handshakes =
-        HandshakeSlots::with_per_source(config.max_handshakes, config.max_handshakes_per_source);
+    let admission = Admission::new(
+        registry.clone(),
+        "QUIC",
+        config.max_handshakes,
+        config.max_handshakes_per_source,
+    );
     let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
@@ -180,8 +180,7 @@ async fn start_inner(
         registry: registry.clone(),
         endpoint,
         transport,
-        handshakes,
-        refusals: WarnLimiter::default(),
+        admission,
     });
     registry.spawn(accept_loop(ctx.clone()));
     for peer in &ctx.config.peers {
@@ -195,80 +194,58 @@ async fn start_inner(
     Ok((handle, enrolment))
 }
 
-async fn accept_loop(ctx: Arc<Ctx>) {
-    let token = ctx.registry.shutdown_token();
-    loop {
-        // Biased (here and in `run`): a fixed poll order keeps a run under
-        // a seeded simulated runtime reproducible; no branch can starve.
-        let incoming = tokio::select! {
-            biased;
-            _ = token.cancelled() => break,
-            i = ctx.endpoint.accept() => match i {
-                Some(i) => i,
-                None => break,
-            },
-        };
-        let remote = incoming.remote_address();
-        let validated = incoming.remote_address_validated();
-        // C-PA-1: a UDP source address can be forged. Once a quarter of the
-        // slots are taken, an attempt from an address not yet validated is
-        // sent a Retry (its next Initial proves the address) instead of a
-        // slot.
-        if !validated
-            && incoming.may_retry()
-            && ctx.handshakes.in_flight() >= ctx.handshakes.max().div_ceil(4)
-        {
-            if let Err(e) = incoming.retry() {
-                e.into_incoming().ignore();
-            }
-            continue;
-        }
-        // C-ND-5, C-PA-1: beyond the cap of handshakes in flight, refuse at
-        // once (a CONNECTION_REFUSED close) rather than hold another one.
-        // Only a validated address is counted per source, so a forged
-        // one cannot use up a real peer's share.
-        let slot = if validated {
-            ctx.handshakes.try_take_from(remote.ip())
-        } else {
-            ctx.handshakes
-                .try_take()
-                .ok_or(abhyasa_transport::limit::SlotRefusal::Full(
-                    ctx.handshakes.max(),
-                ))
-        };
-        let slot = match slot {
-            Ok(slot) => slot,
-            Err(why) => {
-                incoming.refuse();
-                refused(&ctx, remote, &why.to_string());
-                continue;
-            }
-        };
-        let ctx2 = ctx.clone();
-        ctx.registry.spawn(async move {
-            if let Err(e) = accept(&ctx2, incoming, slot).await {
-                refused(&ctx2, remote, &e.to_string());
-            }
-        });
+/// An inbound QUIC connection attempt.
+struct QuicAttempt(quinn::Incoming);
+
+impl Attempt for QuicAttempt {
+    fn remote(&self) -> std::net::SocketAddr {
+        self.0.remote_address()
     }
+
+    fn source_validated(&self) -> bool {
+        self.0.remote_address_validated()
+    }
+
+    /// Sends a Retry: the peer's next Initial proves its address.
+    fn retry(self) -> Option<Self> {
+        if !self.0.may_retry() {
+            return Some(self);
+        }
+        if let Err(e) = self.0.retry() {
+            e.into_incoming().ignore();
+        }
+        None
+    }
+
+    /// A CONNECTION_REFUSED close.
+    fn refuse(self) {
+        self.0.refuse();
+    }
+}
+
+async fn accept_loop(ctx: Arc<Ctx>) {
+    let endpoint = &ctx.endpoint;
+    let next = move || async move {
+        match endpoint.accept().await {
+            Some(incoming) => Accepted::Attempt(QuicAttempt(incoming)),
+            None => Accepted::Closed,
+        }
+    };
+    let handshake = |attempt: QuicAttempt, admitted| {
+        let ctx = ctx.clone();
+        async move { accept(&ctx, attempt.0, admitted).await }
+    };
+    ctx.admission.run(next, handshake).await;
     ctx.endpoint.close(CLOSE_SHUTDOWN.into(), b"shutdown");
     // Let the close frames go out and closing connections drain (up to
     // three probe timeouts) so the UDP port is free when this returns.
     ctx.endpoint.wait_idle().await;
 }
 
-/// Counts a refused inbound connection and warns, rate-limited.
-fn refused(ctx: &Ctx, remote: std::net::SocketAddr, why: &str) {
-    ctx.registry.count_refused();
-    if let Some(held_back) = ctx.refusals.allow() {
-        tracing::warn!(%remote, error = %why, held_back, "refused inbound QUIC connection");
-    }
-}
-
 async fn accept(
     ctx: &Ctx,
     incoming: quinn::Incoming,
-    slot: HandshakeSlot,
+    mut admitted: Admitted,
 ) -> Result<(), DialError> {
     let connecting = incoming.accept().map_err(DialError::new)?;
     let conn = tokio::time::timeout(ctx.config.connect_timeout, connecting)
@@ -281,8 +258,7 @@ async fn accept(
         conn.close(CLOSE_UNKNOWN_PEER.into(), b"unknown peer");
         return Err(DialError::new("peer certificate not pinned"));
     };
-    // Authenticated: the handshake no longer counts against the cap.
-    drop(slot);
+    admitted.authenticated();
     tracing::info!(%peer, remote = %conn.remote_address(), "accepted QUIC connection");
     run(ctx, conn, peer).await
 }

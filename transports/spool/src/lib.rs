@@ -13,10 +13,10 @@
 //! * [`spool`]: the relay daemon's durable spool on redb: written before
 //!   the receipt, one copy per frame key, held until min(deadline,
 //!   `max_hold`), quotas with typed refusals (C-TR-3).
-//! * [`relay`]: the relay daemon over QUIC and/or WebSocket, enrolling
-//!   and unenrolling peers while it runs: receipts after the commit,
-//!   push within the destination's pull budget, drop on `Delivered`, on a
-//!   sealed ack passing back or at the hold time.
+//! * [`relay`]: the relay daemon over QUIC (feature `quic`) and/or
+//!   WebSocket, enrolling and unenrolling peers while it runs: receipts
+//!   after the commit, push within the destination's pull budget, drop on
+//!   `Delivered`, on a sealed ack passing back or at the hold time.
 //! * [`link`]: a node's relayed link, a wrapper around any transport
 //!   (direct first, the relay as fallback), over one relay or several.
 #![forbid(unsafe_code)]

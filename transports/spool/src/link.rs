@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use abhyasa_core::wire::{Envelope, FrameKey, Message, RelayMessage};
 use abhyasa_core::{AgentId, ObligationId};
-use abhyasa_quic::{Identity, PeerPin};
+use abhyasa_identity::{Identity, PeerPin};
 use abhyasa_transport::{Incoming, Router, SendError, Transport, TransportHandle};
 use tokio::sync::mpsc;
 

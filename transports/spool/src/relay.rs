@@ -35,7 +35,9 @@ use abhyasa_core::wire::{
     DedupKey, Envelope, FrameKey, Message, RelayMessage, RelayReceipt, Sealed,
 };
 use abhyasa_core::{AgentId, Timestamp};
-use abhyasa_quic::{Enrolment, PeerPin, QuicConfig};
+use abhyasa_identity::{Enrolment, PeerPin};
+#[cfg(feature = "quic")]
+use abhyasa_quic::QuicConfig;
 use abhyasa_transport::{Incoming, SendError, Transport, TransportHandle};
 use abhyasa_ws::WsConfig;
 use tokio::sync::mpsc;
@@ -47,8 +49,10 @@ use crate::spool::{Spool, SpoolError, SpoolLimits, SpoolStatus};
 /// give them the same identity and peers (a peer may dial in over either).
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
-    /// The relay's QUIC endpoint: its identity, listen address and pinned
-    /// peers (every peer may spool and be a destination).
+    /// The relay's QUIC endpoint (feature `quic`): its identity, listen
+    /// address and pinned peers (every peer may spool and be a
+    /// destination).
+    #[cfg(feature = "quic")]
     pub quic: Option<QuicConfig>,
     /// The relay's WebSocket listener (`listen` must be set), the same way.
     pub ws: Option<WsConfig>,
@@ -268,10 +272,15 @@ impl std::fmt::Debug for RelayParts {
 /// Opens the spool, starts the QUIC endpoint and/or the WebSocket listener
 /// and runs the relay until [`RelayHandle::shutdown`].
 pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
-    if config.quic.is_none() && config.ws.as_ref().is_none_or(|w| w.listen.is_none()) {
+    #[cfg(feature = "quic")]
+    let has_quic = config.quic.is_some();
+    #[cfg(not(feature = "quic"))]
+    let has_quic = false;
+    if !has_quic && config.ws.as_ref().is_none_or(|w| w.listen.is_none()) {
         return Err(RelayError::NoListener);
     }
     let mut serves: HashSet<AgentId> = HashSet::new();
+    #[cfg(feature = "quic")]
     if let Some(q) = &config.quic {
         serves.extend(q.peers.iter().map(|p| p.pin.agent.clone()));
     }
@@ -280,9 +289,11 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, RelayError> {
     }
     // The spool opens first: a relay whose spool cannot open never listens.
     let spool = Spool::open(&config.spool_path, config.limits.clone())?;
-    let mut transports = Vec::new();
-    let mut enrolments = Vec::new();
+    let mut transports: Vec<Transport> = Vec::new();
+    let mut enrolments: Vec<Enrolment> = Vec::new();
+    #[cfg_attr(not(feature = "quic"), allow(unused_mut))]
     let (mut quic_addr, mut ws_addr) = (None, None);
+    #[cfg(feature = "quic")]
     if let Some(q) = config.quic {
         let (t, e) =
             abhyasa_quic::start_enrollable(q)

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use abhyasa_core::wire::relay::{max_inner, MAX_ORIGIN_CERT};
 use abhyasa_core::wire::{DedupKey, Envelope, SealError, Sealed};
 use abhyasa_core::{AgentId, Timestamp};
-use abhyasa_quic::{verify_signature, Fingerprint, Identity, PeerPin};
+use abhyasa_identity::{verify_signature, Fingerprint, Identity, PeerPin};
 
 /// Why a frame could not be sealed (local faults: nothing was sent).
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,7 @@ pub enum SealFailure {
     CertificateTooLarge(usize),
     /// The key could not sign.
     #[error("cannot sign: {0}")]
-    Sign(#[from] abhyasa_quic::IdentityError),
+    Sign(#[from] abhyasa_identity::IdentityError),
 }
 
 /// Seals this node's envelopes for a relay.

@@ -7,7 +7,7 @@
 
 use abhyasa_core::wire::{Envelope, Message, SealError, Sealed};
 use abhyasa_core::{AckStatus, AgentId, CustodyAck, Obligation, Timestamp};
-use abhyasa_quic::{generate_identity, Identity};
+use abhyasa_identity::{generate_identity, Identity};
 use abhyasa_spool::{Opener, SealFailure, Sealer};
 use serde_json::json;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use abhyasa_core::wire::{Envelope, FrameKey, Message, Sealed};
 use abhyasa_core::{AgentId, Obligation, Timestamp};
-use abhyasa_quic::generate_identity;
+use abhyasa_identity::generate_identity;
 use abhyasa_spool::{Sealer, Spool, SpoolLimits};
 use serde_json::json;
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{Identity, PeerPin};
+use abhyasa_identity::{Identity, PeerPin};
 use abhyasa_transport::LinkConfig;
 
 /// Default ping interval: 5 s.

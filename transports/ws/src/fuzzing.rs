@@ -4,7 +4,7 @@
 //! peer bytes with a value or a typed [`HelloError`], never a panic.
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{generate_identity, Identity, PinSet};
+use abhyasa_identity::{generate_identity, Identity, PinSet};
 
 use crate::hello::{self, ClientState, HelloError};
 

@@ -22,7 +22,7 @@
 //! this transport behind TLS.
 
 use abhyasa_core::AgentId;
-use abhyasa_quic::{verify_signature, Fingerprint, Identity, LivePins, PinSet};
+use abhyasa_identity::{verify_signature, Fingerprint, Identity, LivePins, PinSet};
 
 /// Where the hello looks up the key pinned for an agent: a fixed
 /// [`PinSet`], or the [`LivePins`] of a running transport whose peers are

@@ -5,7 +5,7 @@
 //!
 //! * **Authentication.** After the upgrade, a signed hello binds each end
 //!   to the agent id pinned for its key (the node identity of
-//!   `abhyasa-quic`): the server issues a nonce, each side signs a
+//!   `abhyasa-identity`): the server issues a nonce, each side signs a
 //!   transcript of both nonces and both agent ids with its ECDSA P-256 key,
 //!   and the other checks the certificate against the pin and the signature
 //!   against the certificate. An unknown agent, a mismatched key or a bad
@@ -22,8 +22,8 @@
 //!   are re-dialled with capped exponential backoff.
 //!
 //! * **Enrolment.** [`start_enrollable`] also returns an
-//!   [`abhyasa_quic::Enrolment`]: accepted peers are added and removed while
-//!   the transport runs, and an unenrolled peer's connections close.
+//!   [`abhyasa_identity::Enrolment`]: accepted peers are added and removed
+//!   while the transport runs, and an unenrolled peer's connections close.
 //!
 //! [`start`] returns the common [`abhyasa_transport::Transport`].
 #![forbid(unsafe_code)]

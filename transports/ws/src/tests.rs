@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use abhyasa_core::wire::{Envelope, Message};
 use abhyasa_core::{AgentId, ObligationId};
-use abhyasa_quic::{generate_identity, Identity, PinSet};
+use abhyasa_identity::{generate_identity, Identity, PinSet};
 use abhyasa_transport::{Backoff, Incoming, LinkConfig, Transport};
 use tokio::net::TcpStream;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};

@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use abhyasa_core::{AgentId, PeerError};
-use abhyasa_quic::{Enrolment, LivePins, PinError, PinSet};
-use abhyasa_transport::limit::{
-    DescriptorPermit, Descriptors, HandshakeSlot, HandshakeSlots, WarnLimiter,
+use abhyasa_identity::{Enrolment, LivePins, PinError, PinSet};
+use abhyasa_transport::link::{
+    Accepted, Admission, Admitted, Attempt, DialError, InboundSink, Link, Registry,
 };
-use abhyasa_transport::link::{DialError, InboundSink, Link, Registry};
 use abhyasa_transport::Transport;
 use bytes::Bytes;
 use futures_util::{SinkExt as _, StreamExt as _};
@@ -77,10 +76,10 @@ pub(crate) struct Ctx {
     pub(crate) pins: LivePins,
     registry: Registry,
     io: Option<Arc<dyn StreamIo>>,
-    /// C-ND-5: inbound handshakes (upgrade + hello) in flight, capped.
-    handshakes: HandshakeSlots,
-    /// C-ND-5: refusals are peer-caused; log them rate-limited.
-    refusals: WarnLimiter,
+    /// C-ND-5, C-PA-1: inbound handshakes (upgrade + hello) in flight,
+    /// capped; each connection holds a descriptor; refusals counted and
+    /// logged rate-limited.
+    admission: Admission,
 }
 
 /// A byte stream a WebSocket can run over.
@@ -178,16 +177,20 @@ async fn start_inner(
     for peer in &config.peers {
         registry.add_peer(peer.pin.agent.clone());
     }
-    let handshakes =
-        HandshakeSlots::with_per_source(config.max_handshakes, config.max_handshakes_per_source);
+    let admission = Admission::new(
+        registry.clone(),
+        "WebSocket",
+        config.max_handshakes,
+        config.max_handshakes_per_source,
+    )
+    .with_descriptors();
     let enrolment = Enrolment::new(pins.clone(), registry.clone());
     let ctx = Arc::new(Ctx {
         config,
         pins,
         registry: registry.clone(),
         io,
-        handshakes,
-        refusals: WarnLimiter::default(),
+        admission,
     });
     if let Some((addr, io)) = listen_io {
         registry.set_local_addr(addr);
@@ -259,63 +262,46 @@ impl StreamIo for Tcp {
     }
 }
 
-async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
-    let token = ctx.registry.shutdown_token();
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = token.cancelled() => break,
-            a = io.accept() => a,
-        };
-        match accepted {
-            Ok((stream, remote)) => {
-                // C-PA-1: the process keeps descriptors back for the
-                // control socket; past the budget, close at once.
-                let Some(fd) = Descriptors::take() else {
-                    drop(stream);
-                    refused(&ctx, remote, "descriptor budget spent");
-                    continue;
-                };
-                // C-ND-5, C-PA-1: beyond the cap of handshakes in flight,
-                // in total or from this source, close the stream at once
-                // rather than hold another one.
-                let slot = match ctx.handshakes.try_take_from(remote.ip()) {
-                    Ok(slot) => slot,
-                    Err(why) => {
-                        drop(stream);
-                        refused(&ctx, remote, &why.to_string());
-                        continue;
-                    }
-                };
-                let ctx2 = ctx.clone();
-                ctx.registry.spawn(async move {
-                    if let Err(e) = accept(&ctx2, stream, slot, fd).await {
-                        refused(&ctx2, remote, &e.to_string());
-                    }
-                });
-            }
-            Err(e) => {
-                // E.g. out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+/// An accepted stream: its TCP handshake proved the source address.
+struct StreamAttempt {
+    stream: BoxedIo,
+    remote: SocketAddr,
+}
+
+impl Attempt for StreamAttempt {
+    fn remote(&self) -> SocketAddr {
+        self.remote
+    }
+
+    fn source_validated(&self) -> bool {
+        true
+    }
+
+    /// Closes the stream.
+    fn refuse(self) {
+        drop(self.stream);
     }
 }
 
-/// Counts a refused inbound connection and warns, rate-limited.
-fn refused(ctx: &Ctx, remote: SocketAddr, why: &str) {
-    ctx.registry.count_refused();
-    if let Some(held_back) = ctx.refusals.allow() {
-        tracing::warn!(%remote, error = %why, held_back, "refused inbound WebSocket connection");
-    }
+async fn accept_loop(ctx: Arc<Ctx>, io: Arc<dyn StreamIo>) {
+    let io = &io;
+    let next = move || async move {
+        match io.accept().await {
+            Ok((stream, remote)) => Accepted::Attempt(StreamAttempt { stream, remote }),
+            Err(e) => Accepted::Failed(e),
+        }
+    };
+    let handshake = |attempt: StreamAttempt, admitted| {
+        let ctx = ctx.clone();
+        async move { accept(&ctx, attempt.stream, admitted).await }
+    };
+    ctx.admission.run(next, handshake).await;
 }
 
 async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: &Ctx,
     tcp: S,
-    slot: HandshakeSlot,
-    _fd: DescriptorPermit,
+    mut admitted: Admitted,
 ) -> Result<(), DialError> {
     let cfg = ws_config(ctx.config.link.max_frame);
     let handshake = async {
@@ -333,8 +319,7 @@ async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     let (ws, peer) = tokio::time::timeout(ctx.config.handshake_timeout, handshake)
         .await
         .map_err(|_| DialError::new("handshake timed out"))??;
-    // Authenticated: the handshake no longer counts against the cap.
-    drop(slot);
+    admitted.authenticated();
     tracing::info!(%peer, "accepted WebSocket connection");
     run(ctx, ws, peer).await
 }

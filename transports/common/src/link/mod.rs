@@ -1,6 +1,7 @@
 //! Machinery for transport implementations: the peer table behind a
 //! [`TransportHandle`], one [`Link`] per
-//! authenticated connection, and dial loops.
+//! authenticated connection, dial loops, and the accept loop with its
+//! pre-authentication admission ([`Admission`]).
 //!
 //! A transport crate creates a [`Registry`] with [`Registry::new`], adds
 //! its configured peers, and for every connection it has authenticated
@@ -10,6 +11,7 @@
 //! [`LinkGuard::close`]. Connection events, the frame decoder and the
 //! sender binding check are handled here, once for every transport.
 
+mod accept;
 mod dial;
 mod inbound;
 
@@ -24,6 +26,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use accept::{Accepted, Admission, Admitted, Attempt};
 pub use dial::DialError;
 pub use inbound::{decode_message, InboundSink, ReceiverGone};
 

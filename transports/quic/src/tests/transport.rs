@@ -1,11 +1,12 @@
 use std::sync::Arc;
 
 use abhyasa_core::PeerError;
+use abhyasa_identity::Fingerprint;
 use abhyasa_transport::SendError;
 
 use super::*;
 use crate::tls;
-use crate::{start, Fingerprint, StartError};
+use crate::{start, StartError};
 
 struct Pair {
     a: Transport,

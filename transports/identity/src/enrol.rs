@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use abhyasa_core::AgentId;
 
-use crate::identity::{Fingerprint, PeerPin, PinError, PinSet};
+use crate::pin::{Fingerprint, PeerPin, PinError, PinSet};
 
 /// A [`PinSet`] that can change while a transport runs (a relay enrolling
 /// and unenrolling edges without a restart). Cheap to clone; clones share

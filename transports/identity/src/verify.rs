@@ -20,7 +20,7 @@ use rustls::{
 };
 
 use crate::enrol::LivePins;
-use crate::identity::{Fingerprint, PinSet};
+use crate::pin::{Fingerprint, PinSet};
 
 /// The pins a server verifier checks: fixed at start, or changing while
 /// the transport runs (a relay enrolling edges).

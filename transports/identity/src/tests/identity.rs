@@ -9,7 +9,7 @@ fn scratch_dir(name: &str) -> PathBuf {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
-        "abhyasa-quic-{name}-{}-{nanos}",
+        "abhyasa-identity-{name}-{}-{nanos}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).expect("scratch dir");
