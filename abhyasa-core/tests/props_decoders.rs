@@ -11,16 +11,14 @@
 //! decoders as cargo-fuzz targets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod props_common;
-
 use abhyasa_core::json::parse_object;
 use abhyasa_core::wire::{Envelope, ErrorCode, FrameDecoder, Message, ProtocolError, StatusReply};
 use abhyasa_core::{
     AckStatus, AgentId, CustodyAck, DeclineReason, Digest, KindProfile, Obligation, ObligationId,
     Payload, PeerError, Timestamp,
 };
+use abhyasa_testkit::props::*;
 use bytes::BytesMut;
-use props_common::*;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 

@@ -9,8 +9,6 @@
 //! misrouted frame, a foreign inner sender and nesting with typed errors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod props_common;
-
 use abhyasa_core::wire::relay::{
     max_inner, MAX_DEDUP_KEY, MAX_KEYS, MAX_ORIGIN_CERT, MAX_SIGNATURE, SEAL_OVERHEAD,
 };
@@ -19,8 +17,8 @@ use abhyasa_core::wire::{
     RelayReceipt, SealError, Sealed, DEFAULT_MAX_FRAME,
 };
 use abhyasa_core::{AgentId, Obligation, PeerError, Timestamp, MAX_ID_BYTES};
+use abhyasa_testkit::props::*;
 use bytes::BytesMut;
-use props_common::*;
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -8,12 +8,10 @@
 //! --test props_roundtrip --release`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod props_common;
-
 use abhyasa_core::wire::{Envelope, FrameDecoder, Message};
 use abhyasa_core::{AgentId, FieldProblem, Obligation, PeerError, Timestamp, MAX_ID_BYTES};
+use abhyasa_testkit::props::*;
 use bytes::BytesMut;
-use props_common::*;
 use proptest::prelude::*;
 use rand::SeedableRng as _;
 use serde_json::{json, Map, Value};

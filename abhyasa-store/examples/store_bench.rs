@@ -91,9 +91,7 @@ fn held_bytes() -> usize {
     HELD.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-#[path = "support/proc_stat.rs"]
-mod proc_stat;
-use proc_stat::cpu_secs;
+use abhyasa_testkit::proc_stat::cpu_secs;
 
 const EPOCH: Timestamp = Timestamp::from_unix_seconds(1_780_000_000);
 

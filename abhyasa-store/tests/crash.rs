@@ -12,7 +12,7 @@
 //! `crash()`; on sled and redb the database is closed and reopened.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //! 512-byte sector of every file and zeroes every sector instead.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -8,7 +8,7 @@
 //! reopens the database and checks.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

@@ -5,7 +5,7 @@
 //! rows around it.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 mod sled_reopen;
 
 use abhyasa_core::custody::{Custodian, Record};

@@ -44,7 +44,7 @@
 //! never synced.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 #[path = "power_loss/fuse.rs"]
 mod fuse;
 

@@ -10,9 +10,7 @@
 //! `PROPTEST_CASES` raises every count for a heavier local run.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-#[path = "../../abhyasa-core/tests/props_common/mod.rs"]
-mod props_common;
+use abhyasa_testkit::store_world as common;
 
 use std::collections::HashMap;
 
@@ -22,8 +20,8 @@ use abhyasa_core::custody::{
 use abhyasa_core::polarity::{PolarityRegistry, ANUMATI_KIND, OAUTH_KIND, PHALA_KIND};
 use abhyasa_core::store::DurableState;
 use abhyasa_core::{AgentId, Obligation, ObligationId};
+use abhyasa_testkit::props::*;
 use common::{backend, custodian_config, Kind, ALL};
-use props_common::*;
 use proptest::prelude::*;
 use serde_json::Value;
 

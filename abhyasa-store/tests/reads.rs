@@ -5,7 +5,7 @@
 //! migration of a version-1 database.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 mod sled_reopen;
 
 use std::time::Duration;

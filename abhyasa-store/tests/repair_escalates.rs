@@ -7,7 +7,7 @@
 //! lists the second as lost; every other offer is still pending.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! reopens) the database before it checks what survived.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
+use abhyasa_testkit::store_world as common;
 mod sled_reopen;
 
 use std::time::Duration;

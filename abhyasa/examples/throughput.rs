@@ -38,9 +38,7 @@ use abhyasa_store::{StoreKind, StoreOptions};
 use clap::Parser;
 use serde_json::json;
 
-#[path = "../../abhyasa-store/examples/support/proc_stat.rs"]
-mod proc_stat;
-use proc_stat::cpu_secs;
+use abhyasa_testkit::proc_stat::cpu_secs;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

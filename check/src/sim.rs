@@ -27,6 +27,7 @@ use abhyasa_core::model::{AgentId, DeclineReason, Obligation, RetryBackoff, Time
 use abhyasa_core::polarity::{Admission, PolarityRegistry, PHALA_KIND};
 use abhyasa_core::principal::PrincipalWrite;
 use abhyasa_core::wire::Message;
+use abhyasa_core::Escalation;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -258,6 +259,10 @@ pub struct Pair {
     seq: u64,
     /// Committed ground truth since the last transfer began.
     seen: Seen,
+    /// Escalations the custodian raised since the last transfer began.
+    escalations: Vec<Escalation>,
+    /// Most channel and timer events one transfer may take.
+    event_limit: Option<u64>,
 }
 
 /// What the pair's commits showed during one transfer.
@@ -346,19 +351,45 @@ pub struct TransferResult {
     pub late_ack: bool,
     /// Ground truth of the transfer, for [`crate::check()`].
     pub trace: Trace,
+    /// Why the custodian refused the offer (then `outcome` is `None`).
+    pub refused: Option<String>,
+    /// The transfer took more events than the pair's limit
+    /// ([`Pair::with_event_limit`]) and was cut short.
+    pub cut_short: bool,
+    /// The escalations the custodian raised, in order.
+    pub escalations: Vec<Escalation>,
+    /// The virtual time of the last event.
+    pub ended_at: Timestamp,
 }
 
 impl Pair {
-    /// A pair with the standard registry.
+    /// A pair with the standard registry: `custodian` and `receiver`.
     pub fn new(seed: u64, backoff: RetryBackoff) -> Self {
         let custodian_id = AgentId::new("custodian").unwrap_or_else(|_| unreachable!());
         let receiver_id = AgentId::new("receiver").unwrap_or_else(|_| unreachable!());
+        Self::between(
+            custodian_id,
+            receiver_id,
+            seed,
+            CustodyProfile {
+                backoff,
+                ..CustodyProfile::default()
+            },
+        )
+    }
+
+    /// A pair with the standard registry between `custodian_id` and
+    /// `receiver_id`; the custodian's jitter is seeded `seed` and its
+    /// default profile is `profile`.
+    pub fn between(
+        custodian_id: AgentId,
+        receiver_id: AgentId,
+        seed: u64,
+        profile: CustodyProfile,
+    ) -> Self {
         let mut cc = CustodianConfig::new(custodian_id.clone());
         cc.seed = seed;
-        cc.default_profile = CustodyProfile {
-            backoff,
-            ..CustodyProfile::default()
-        };
+        cc.default_profile = profile;
         let mut rc = ReceiverConfig::new(receiver_id.clone());
         rc.skew_margin = Duration::from_secs(1);
         Self {
@@ -370,7 +401,17 @@ impl Pair {
             queue: BinaryHeap::new(),
             seq: 0,
             seen: Seen::default(),
+            escalations: Vec::new(),
+            event_limit: None,
         }
+    }
+
+    /// Cuts a transfer short after `events` channel and timer events (a
+    /// deadline of years over a lossy link would otherwise run for
+    /// minutes); [`TransferResult::cut_short`] says so.
+    pub fn with_event_limit(mut self, events: u64) -> Self {
+        self.event_limit = Some(events);
+        self
     }
 
     /// The receiver's agent id.
@@ -441,7 +482,11 @@ impl Pair {
                 self.send(now, t, link, rng);
                 moved = true;
             }
-            while self.custodian.poll_event().is_some() {}
+            while let Some(e) = self.custodian.poll_event() {
+                if let CustodianEvent::Escalated(esc) = e {
+                    self.escalations.push(*esc);
+                }
+            }
             while self.receiver.poll_event().is_some() {}
             if !moved {
                 return sent;
@@ -461,6 +506,7 @@ impl Pair {
         self.applier.decision = Some(decision);
         self.applier.applied.clear();
         self.seen = Seen::default();
+        self.escalations.clear();
         let id = ob.id().clone();
         let offer = Offer {
             custodian: self.custodian_id.clone(),
@@ -476,7 +522,7 @@ impl Pair {
         let late_before = self.custodian.stats().late_acks;
         let mut now = start;
         let mut attempts = 0;
-        if self.custodian.offer(now, ob).is_err() {
+        if let Err(e) = self.custodian.offer(now, ob) {
             // Refused: no terminal, so the checker reports the loss (AB-1).
             return TransferResult {
                 outcome: None,
@@ -487,9 +533,15 @@ impl Pair {
                     offers: vec![offer],
                     ..Trace::default()
                 },
+                refused: Some(e.to_string()),
+                cut_short: false,
+                escalations: Vec::new(),
+                ended_at: now,
             };
         }
         attempts += self.pump(now, link, rng);
+        let mut events = 0u64;
+        let mut cut_short = false;
         loop {
             let next_msg = self.queue.peek().map(|Reverse((t, _, _))| *t);
             let next_timer = self.custodian.poll_timeout();
@@ -499,6 +551,11 @@ impl Pair {
                 (Some(a), None) => a,
                 (None, Some(b)) => b,
             };
+            events += 1;
+            if self.event_limit.is_some_and(|limit| events > limit) {
+                cut_short = true;
+                break;
+            }
             now = now.max(next);
             if next_msg.is_some_and(|t| t <= now) {
                 if let Some(Reverse((_, _, HopMsg(hop, msg)))) = self.queue.pop() {
@@ -554,6 +611,10 @@ impl Pair {
             applications: u32::try_from(applications).unwrap_or(u32::MAX),
             late_ack: self.custodian.stats().late_acks > late_before,
             trace,
+            refused: None,
+            cut_short,
+            escalations: std::mem::take(&mut self.escalations),
+            ended_at: now,
         }
     }
 
@@ -571,9 +632,17 @@ impl Pair {
                     let _ = self.custodian.handle_ack(now, &from, a);
                 }
             }
+            (Hop::ToReceiver, Message::StatusQuery(ids)) => {
+                let from = self.custodian_id.clone();
+                self.receiver.handle_status_query(now, &from, &ids);
+            }
             (Hop::ToCustodian, Message::Error(e)) => {
                 let from = self.receiver_id.clone();
                 self.custodian.handle_error(now, &from, &e);
+            }
+            (Hop::ToCustodian, Message::StatusReply(r)) => {
+                let from = self.receiver_id.clone();
+                self.custodian.handle_status_reply(now, &from, &r);
             }
             _ => {}
         }

@@ -460,8 +460,62 @@ pub(crate) async fn dispatch(
             rows.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
             Ok(Value::Array(rows))
         }
-        Command::Leases => crate::cmd::leases::answer(node).await,
+        Command::Leases => leases(node).await,
     }
+}
+
+/// The `leases` control request, answered from the node: the leased
+/// grants held as receiver (`active`, `lapsed` or `withheld`), the leases
+/// renewed as principal, and the lease warnings raised.
+async fn leases(node: &Node) -> Result<Value, ControlError> {
+    let leases: Vec<Value> = node
+        .leases()
+        .await?
+        .into_iter()
+        .map(|l| {
+            // Keys are held under their issuer: `@<issuer>/<kind>/<target>/<name>`
+            // (C-AZ-2); polarity rules build the `<kind>/<target>/<name>` part.
+            let held = GovernedKey::new(&l.key).ok();
+            let issuer = held.as_ref().and_then(GovernedKey::issuer);
+            let bare = held.as_ref().map_or(l.key.as_str(), |k| k.unqualified());
+            let mut parts = bare.splitn(3, '/');
+            let (kind, target, scope) = (parts.next(), parts.next(), parts.next());
+            let state = match l.state {
+                "granted" => "active",
+                other => other,
+            };
+            json!({
+                "key": l.key,
+                "issuer": issuer.as_ref().map(AgentId::as_str),
+                "kind": kind,
+                "target": target,
+                "scope": scope,
+                "lease_until": l.lease_until.to_rfc3339(),
+                "state": state,
+                "authorized": l.authorized,
+            })
+        })
+        .collect();
+    let renewing: Vec<Value> = node
+        .renewals()
+        .await?
+        .into_iter()
+        .map(|r| {
+            json!({
+                "key": r.key.as_str(),
+                "target": r.target.as_str(),
+                "root": r.root.as_str(),
+                "last": r.last.as_str(),
+                "sequence": r.sequence.0,
+                "term_seconds": r.term_seconds,
+                "renewals": r.renewals,
+                "next_at": r.next_at.to_rfc3339(),
+            })
+        })
+        .collect();
+    let warnings = serde_json::to_value(node.lease_warnings().await?)
+        .map_err(|e| ControlError::internal(e.to_string()))?;
+    Ok(json!({"leases": leases, "renewing": renewing, "warnings": warnings}))
 }
 
 mod erased {

@@ -749,8 +749,8 @@ fn spawn_limited(dir: &Path, nofile: u32) -> std::process::Child {
 /// the node's certificate `fingerprint` (as a pinned peer would).
 fn anonymous_quic_client(node: &str, fingerprint: &str) -> quinn::ClientConfig {
     let me =
-        abhyasa_quic::generate_identity(&abhyasa_core::AgentId::new("stranger").unwrap()).unwrap();
-    let tls = abhyasa_quic::dangerous_pinned_client_tls(
+        abhyasa_identity::generate_identity(&abhyasa_core::AgentId::new("stranger").unwrap()).unwrap();
+    let tls = abhyasa_identity::dangerous_pinned_client_tls(
         &me,
         &abhyasa_core::AgentId::new(node).unwrap(),
         fingerprint.parse().unwrap(),
@@ -808,7 +808,7 @@ async fn half_open_flood(
             let mut started = 0;
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(c) =
-                    ep.connect_with(cfg.clone(), hole_addr, abhyasa_quic::PINNED_SERVER_NAME)
+                    ep.connect_with(cfg.clone(), hole_addr, abhyasa_identity::PINNED_SERVER_NAME)
                 {
                     started += 1;
                     tokio::spawn(async move {
@@ -882,7 +882,7 @@ fn c_pa_1_quic_flood_is_bounded_and_the_pinned_peer_gets_in() {
         let mut refused = 0;
         for _ in 0..10 {
             let c = ep
-                .connect_with(cfg.clone(), to, abhyasa_quic::PINNED_SERVER_NAME)
+                .connect_with(cfg.clone(), to, abhyasa_identity::PINNED_SERVER_NAME)
                 .unwrap();
             let conn = tokio::time::timeout(Duration::from_secs(5), async {
                 let conn = c.await?;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The sources whose `Deserialize` structs are `config.toml` files.
-const CONFIG_SOURCES: &[&str] = &["src/config.rs", "src/cmd/relay.rs"];
+const CONFIG_SOURCES: &[&str] = &["src/config/file.rs", "src/cmd/relay.rs"];
 
 /// Field names (after `rename`) of every struct deriving `Deserialize`
 /// in `source`, except `#[serde(transparent)]` newtypes.

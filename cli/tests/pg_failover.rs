@@ -20,8 +20,8 @@
 
 mod process;
 
-#[path = "../../stores/postgres/tests/common/cluster.rs"]
-mod cluster;
+use abhyasa_testkit::pg_cluster as cluster;
+use abhyasa_testkit::pg_or_skip;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,9 @@
-//! Support shared by the workspace's tests.
+//! Support shared by the workspace's tests: free loopback ports (below),
+//! what a benchmark reads of its own process ([`proc_stat`]) and, with the
+//! `props` feature, the obligation strategies of the property tests
+//! (`props`); with `store`, the storage tests' backends and two-node world
+//! (`store_world`); with `pg`, the same on PostgreSQL (`pg_backend`) and
+//! a throwaway PostgreSQL cluster (`pg_cluster`).
 //!
 //! Tests that fix a listening port before the listener exists (a node's
 //! config names its peer's endpoint, a restarted node must come back on
@@ -16,6 +21,16 @@
 //! HTTP. Within a process a counter keeps two callers from being given
 //! the same port before either binds; across processes the starting point
 //! is spread by process id and time, and the probe skips ports in use.
+
+#[cfg(feature = "pg")]
+pub mod pg_backend;
+#[cfg(feature = "pg")]
+pub mod pg_cluster;
+pub mod proc_stat;
+#[cfg(feature = "props")]
+pub mod props;
+#[cfg(feature = "store")]
+pub mod store_world;
 
 use std::net::{TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};

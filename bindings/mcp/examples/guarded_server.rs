@@ -3,7 +3,7 @@
 //! A small mail server has two tools: `read_email` needs the Anumati consent
 //! scope `email.read`; `list_folders` needs nothing. Wrapped in
 //! [`Guarded`], every `tools/call` first applies the custody envelope in its
-//! `_meta` through a durable receiver (redb in a temporary directory), so a
+//! `_meta` through a durable receiver (the default store in a temporary directory), so a
 //! call whose own envelope revokes `email.read` is refused, after the
 //! revocation is applied and acked.
 //!
@@ -18,7 +18,7 @@ use abhyasa_core::polarity::{PolarityRegistry, ANUMATI_KIND};
 use abhyasa_core::{AgentId, Obligation};
 use abhyasa_mcp::guard::system_now;
 use abhyasa_mcp::{Envelope, EnvelopeReply, GuardReceiver, Guarded, ToolPolicy};
-use abhyasa_store::RedbStore;
+use abhyasa_store::{StoreKind, StoreOptions};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, RequestMetaObject, ServerCapabilities, ServerConfig, Tool,
@@ -83,13 +83,8 @@ fn guarded(
         ANUMATI_KIND,
         json!({"scope": "email.read"}),
     )?;
-    let store = RedbStore::open(dir.join("guard.redb"))?;
-    let receiver = GuardReceiver::open(
-        me,
-        PolarityRegistry::standard(),
-        Box::new(store),
-        system_now(),
-    )?;
+    let store = StoreKind::default().open(dir.join("guard"), &StoreOptions::default())?;
+    let receiver = GuardReceiver::open(me, PolarityRegistry::standard(), store, system_now())?;
     // Over stdio the client is the process that launched us; its agent id
     // comes from configuration (here: fixed).
     let receiver = Arc::new(Mutex::new(receiver));

@@ -13,6 +13,7 @@ use std::time::Duration;
 use abhyasa_core::custody::{AuthorityPolicy, PeerPolicy};
 use abhyasa_core::polarity::PolarityRegistry;
 use abhyasa_core::AgentId;
+use abhyasa_store::{StoreKind, StoreOptions};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -50,9 +51,14 @@ pub struct McpArgs {
     /// receiver's ledger is keyed on; stdio has no other identity).
     #[arg(long, requires = "agent")]
     pub custodian: Option<String>,
-    /// With --agent: the redb file of the receiver's ledger.
+    /// With --agent: the store of the receiver's ledger (a directory for
+    /// the default log store, a file for redb).
     #[arg(long, requires = "agent")]
     pub guard_store: Option<PathBuf>,
+    /// With --agent: the kind of --guard-store: log (default), fjall, redb
+    /// or sled.
+    #[arg(long, requires = "guard_store", default_value_t = StoreKind::default(), value_parser = parse_store_kind)]
+    pub guard_store_kind: StoreKind,
     /// With --agent: TOOL=KIND:SELECTOR, the governed key a tool needs,
     /// e.g. 'send_obligation=anumati.consent:{"scope":"abhyasa.send"}'.
     #[arg(long, requires = "agent")]
@@ -64,6 +70,10 @@ pub struct McpArgs {
     /// directory's `[mcp]` section), not a flag.
     #[arg(skip)]
     pub authority: Option<PeerPolicy>,
+}
+
+fn parse_store_kind(s: &str) -> Result<StoreKind, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 /// Adds one `--require TOOL=KIND:SELECTOR` to `policy` (the tool must be
@@ -110,12 +120,14 @@ impl McpArgs {
                 for spec in &self.require {
                     policy = parse_require(policy, spec)?;
                 }
-                let store = abhyasa_store::RedbStore::open(store)
+                let store = self
+                    .guard_store_kind
+                    .open(store, &StoreOptions::default())
                     .map_err(|e| format!("--guard-store {}: {e}", store.display()))?;
                 let receiver = GuardReceiver::open(
                     agent,
                     PolarityRegistry::standard(),
-                    Box::new(store),
+                    store,
                     system_now(),
                 )
                 .map_err(|e| format!("guard: {e}"))?;

@@ -6,19 +6,13 @@
 //! (the server turns it into a result with `isError`), never a panic or a
 //! protocol error (C-MCP-2).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use abhyasa_core::custody::{
-    Applier, ApplyContext, ApplyDecision, Custodian, CustodianConfig, CustodianEvent, Receiver,
-    ReceiverConfig, TerminalState, Transmit,
-};
+use abhyasa_check::sim::{transfer_rng, LinkProfile, Pair, SimDecision};
+use abhyasa_core::custody::{CustodyProfile, TerminalState};
 use abhyasa_core::polarity::PolarityRegistry;
-use abhyasa_core::wire::Message;
-use abhyasa_core::{AgentId, CustodyAck, DeclineReason, KindProfile, Obligation, Timestamp};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use abhyasa_core::{AgentId, CustodyAck, KindProfile, Obligation};
 use serde_json::{json, Map, Value};
 
 use crate::envelope::json_type;
@@ -278,39 +272,6 @@ impl Default for ChannelArgs {
     }
 }
 
-/// What the `simulate` tool's scripted receiver answers
-/// (`receiver_decision`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SimDecision {
-    Apply,
-    Decline,
-    Defer,
-}
-
-/// The `simulate` tool's receiver: answers as scripted every time it is
-/// asked, and counts real applications (the tool reports them).
-#[derive(Debug)]
-struct SimApplier {
-    decision: SimDecision,
-    applications: u32,
-}
-
-impl Applier for SimApplier {
-    fn decide(&mut self, _ctx: &ApplyContext<'_>, _ob: &Obligation) -> ApplyDecision {
-        match self.decision {
-            SimDecision::Apply => {
-                self.applications += 1;
-                ApplyDecision::Apply(Vec::new())
-            }
-            SimDecision::Decline => ApplyDecision::Decline {
-                reason: DeclineReason::Policy,
-                detail: None,
-            },
-            SimDecision::Defer => ApplyDecision::Defer { detail: None },
-        }
-    }
-}
-
 fn decision_arg(args: &Map<String, Value>) -> Result<(SimDecision, &'static str), ToolError> {
     match args.get("receiver_decision") {
         None | Some(Value::Null) => Ok((SimDecision::Apply, "applied")),
@@ -337,181 +298,13 @@ pub const MAX_SIM_EVENTS: u64 = 200_000;
 const LATENCY: Duration = Duration::from_millis(20);
 
 /// `run_custody_transfer {obligation, channel?, receiver_decision?}`: the
-/// real custodian and receiver over a seeded lossy channel in virtual time
-/// from the obligation's `created_at`.
+/// real custodian and receiver over `abhyasa-check`'s seeded lossy channel
+/// ([`Pair`]) in virtual time from the obligation's `created_at`.
 pub fn run_custody_transfer(args: &Map<String, Value>) -> Result<ToolReply, ToolError> {
     let ob = obligation_arg(args)?;
     let channel = channel_arg(args)?;
     let (decision, decision_name) = decision_arg(args)?;
-    let sim = simulate(ob, channel, decision)?;
-    let mut weights = BTreeMap::new();
-    for (k, w) in sim.custodian.principal().weights() {
-        weights.insert(k.as_str().to_string(), json!(w));
-    }
-    let mut auths = BTreeMap::new();
-    for (k, e) in sim.custodian.principal().authorizations() {
-        auths.insert(k.as_str().to_string(), json!(e.state));
-    }
-    let terminal = sim.terminal;
-    Ok(ToolReply::ok(json!({
-        "terminal": terminal,
-        "attempts": sim.attempts,
-        "discharged": matches!(terminal, TerminalState::Applied | TerminalState::Declined),
-        "escalations": sim.escalations,
-        "routing_weights": weights,
-        "authorizations": auths,
-        "applications": sim.applications,
-        "receiver_decision": decision_name,
-        "channel": {
-            "drop_prob": channel.drop_prob,
-            "duplicate_prob": channel.duplicate_prob,
-            "ack_drop_prob": channel.ack_drop_prob,
-            "seed": channel.seed,
-        },
-        "ended_at": sim.ended_at.to_rfc3339(),
-    })))
-}
-
-struct SimOutcome {
-    custodian: Custodian,
-    terminal: TerminalState,
-    attempts: u64,
-    applications: u32,
-    escalations: Vec<Value>,
-    ended_at: Timestamp,
-}
-
-/// A frame in flight: due time, tie-break, towards the receiver?, body.
-type Frame = Reverse<(Timestamp, u64, bool, FrameBody)>;
-
-#[derive(Debug)]
-struct FrameBody(Message);
-impl PartialEq for FrameBody {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for FrameBody {}
-impl PartialOrd for FrameBody {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for FrameBody {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
-    }
-}
-
-struct Sim {
-    custodian: Custodian,
-    receiver: Receiver,
-    applier: SimApplier,
-    custodian_id: AgentId,
-    target: AgentId,
-    queue: BinaryHeap<Frame>,
-    seq: u64,
-    rng: ChaCha8Rng,
-    channel: ChannelArgs,
-    attempts: u64,
-    escalations: Vec<Value>,
-}
-
-impl Sim {
-    fn send(&mut self, now: Timestamp, t: Transmit) {
-        let to_receiver = t.to == self.target;
-        if to_receiver && matches!(t.message, Message::Obligation(_)) {
-            self.attempts += 1;
-        }
-        let loss = if to_receiver {
-            self.channel.drop_prob
-        } else {
-            self.channel.ack_drop_prob
-        };
-        if self.rng.random::<f64>() < loss {
-            return;
-        }
-        let copies = if to_receiver && self.rng.random::<f64>() < self.channel.duplicate_prob {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            self.seq += 1;
-            self.queue.push(Reverse((
-                now.saturating_add(LATENCY),
-                self.seq,
-                to_receiver,
-                FrameBody(t.message.clone()),
-            )));
-        }
-    }
-
-    /// Commits both sides (no crashes in this channel) and moves what the
-    /// commits released onto the channel.
-    fn pump(&mut self, now: Timestamp) {
-        loop {
-            if let Some(b) = self.custodian.poll_records() {
-                self.custodian.handle_committed(b.token());
-            }
-            if let Some(b) = self.receiver.poll_records() {
-                self.receiver.handle_committed(b.token());
-            }
-            let mut moved = false;
-            while let Some(t) = self.custodian.poll_transmit() {
-                self.send(now, t);
-                moved = true;
-            }
-            while let Some(t) = self.receiver.poll_transmit() {
-                self.send(now, t);
-                moved = true;
-            }
-            while let Some(e) = self.custodian.poll_event() {
-                if let CustodianEvent::Escalated(esc) = e {
-                    self.escalations
-                        .push(serde_json::to_value(&*esc).unwrap_or(Value::Null));
-                }
-            }
-            while self.receiver.poll_event().is_some() {}
-            if !moved {
-                return;
-            }
-        }
-    }
-
-    fn deliver(&mut self, now: Timestamp, to_receiver: bool, msg: Message) {
-        if to_receiver {
-            let from = self.custodian_id.clone();
-            match msg {
-                Message::Obligation(o) => {
-                    let _ = self
-                        .receiver
-                        .handle_obligation(now, &from, o, &mut self.applier);
-                }
-                Message::StatusQuery(ids) => self.receiver.handle_status_query(now, &from, &ids),
-                _ => {}
-            }
-        } else {
-            let from = self.target.clone();
-            match msg {
-                Message::Acks(acks) => {
-                    for a in &acks {
-                        let _ = self.custodian.handle_ack(now, &from, a);
-                    }
-                }
-                Message::Error(e) => self.custodian.handle_error(now, &from, &e),
-                Message::StatusReply(r) => self.custodian.handle_status_reply(now, &from, &r),
-                _ => {}
-            }
-        }
-    }
-}
-
-fn simulate(
-    ob: Obligation,
-    channel: ChannelArgs,
-    decision: SimDecision,
-) -> Result<SimOutcome, ToolError> {
+    let id = ob.id().clone();
     let target = ob.target().clone();
     let name = if target.as_str() == "custodian" {
         "custodian-1"
@@ -519,78 +312,66 @@ fn simulate(
         "custodian"
     };
     let custodian_id = AgentId::new(name).map_err(|e| ToolError::new(e.to_string()))?;
-    let mut cc = CustodianConfig::new(custodian_id.clone());
-    cc.seed = channel.seed;
-    let mut rc = ReceiverConfig::new(target.clone());
-    rc.skew_margin = Duration::from_secs(1);
-    let mut rng = ChaCha8Rng::seed_from_u64(channel.seed);
-    rng.set_stream(1);
-    let mut sim = Sim {
-        custodian: Custodian::new(cc, PolarityRegistry::standard()),
-        receiver: Receiver::new(rc, PolarityRegistry::standard()),
-        applier: SimApplier {
-            decision,
-            applications: 0,
-        },
+    let mut pair = Pair::between(
         custodian_id,
         target,
-        queue: BinaryHeap::new(),
-        seq: 0,
-        rng,
-        channel,
-        attempts: 0,
-        escalations: Vec::new(),
+        channel.seed,
+        CustodyProfile::default(),
+    )
+    .with_event_limit(MAX_SIM_EVENTS);
+    let link = LinkProfile {
+        drop: channel.drop_prob,
+        duplicate: channel.duplicate_prob,
+        ack_drop: channel.ack_drop_prob,
+        latency: LATENCY,
+        ..LinkProfile::lossless()
     };
-    let id = ob.id().clone();
-    let mut now = ob.created_at();
-    sim.custodian
-        .offer(now, ob)
-        .map_err(|e| ToolError::new(format!("the custodian refused the obligation: {e}")))?;
-    sim.pump(now);
-    let mut events = 0u64;
-    loop {
-        let next_frame = sim.queue.peek().map(|Reverse((t, ..))| *t);
-        let next_timer = sim.custodian.poll_timeout();
-        let next = match (next_frame, next_timer) {
-            (None, None) => break,
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-        };
-        events += 1;
-        if events > MAX_SIM_EVENTS {
-            return Err(ToolError::new(format!(
-                "the simulated transfer took more than {MAX_SIM_EVENTS} events; \
-                 use a shorter deadline_seconds"
-            )));
-        }
-        now = now.max(next);
-        if next_frame.is_some_and(|t| t <= now) {
-            if let Some(Reverse((_, _, to_receiver, FrameBody(msg)))) = sim.queue.pop() {
-                sim.deliver(now, to_receiver, msg);
-            }
-        } else {
-            sim.custodian.handle_timeout(now);
-        }
-        sim.pump(now);
+    let mut rng = transfer_rng(channel.seed, 1);
+    let r = pair.run_transfer(ob.created_at(), ob, &link, decision, &mut rng);
+    if let Some(e) = r.refused {
+        return Err(ToolError::new(format!(
+            "the custodian refused the obligation: {e}"
+        )));
     }
-    let terminal = sim
-        .custodian
-        .terminal(&id)
-        .map(|t| t.state)
-        .ok_or_else(|| {
-            ToolError::new(format!(
-                "internal: obligation {id} did not reach a terminal state (deliver-or-report violated)"
-            ))
-        })?;
-    // One obligation per simulation: every application is of `id`.
-    let applications = sim.applier.applications;
-    Ok(SimOutcome {
-        custodian: sim.custodian,
-        terminal,
-        attempts: sim.attempts,
-        applications,
-        escalations: sim.escalations,
-        ended_at: now,
-    })
+    if r.cut_short {
+        return Err(ToolError::new(format!(
+            "the simulated transfer took more than {MAX_SIM_EVENTS} events; \
+             use a shorter deadline_seconds"
+        )));
+    }
+    let terminal = r.outcome.ok_or_else(|| {
+        ToolError::new(format!(
+            "internal: obligation {id} did not reach a terminal state (deliver-or-report violated)"
+        ))
+    })?;
+    let mut weights = BTreeMap::new();
+    for (k, w) in pair.custodian.principal().weights() {
+        weights.insert(k.as_str().to_string(), json!(w));
+    }
+    let mut auths = BTreeMap::new();
+    for (k, e) in pair.custodian.principal().authorizations() {
+        auths.insert(k.as_str().to_string(), json!(e.state));
+    }
+    let escalations: Vec<Value> = r
+        .escalations
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+        .collect();
+    Ok(ToolReply::ok(json!({
+        "terminal": terminal,
+        "attempts": r.attempts,
+        "discharged": matches!(terminal, TerminalState::Applied | TerminalState::Declined),
+        "escalations": escalations,
+        "routing_weights": weights,
+        "authorizations": auths,
+        "applications": r.applications,
+        "receiver_decision": decision_name,
+        "channel": {
+            "drop_prob": channel.drop_prob,
+            "duplicate_prob": channel.duplicate_prob,
+            "ack_drop_prob": channel.ack_drop_prob,
+            "seed": channel.seed,
+        },
+        "ended_at": r.ended_at.to_rfc3339(),
+    })))
 }

@@ -30,11 +30,35 @@ fn the_options_are_consistent() {
         "--custodian",
         "c",
         "--guard-store",
-        "/tmp/x.redb",
+        "/tmp/guard",
         "--require",
         r#"decide=anumati.consent:{"scope":"abhyasa.decide"}"#,
     ]);
     assert!(ok.is_ok());
+    let redb = Cli::try_parse_from([
+        "mcp",
+        "--agent",
+        "a",
+        "--custodian",
+        "c",
+        "--guard-store",
+        "/tmp/x.redb",
+        "--guard-store-kind",
+        "redb",
+    ]);
+    assert!(redb.is_ok());
+    let bogus = Cli::try_parse_from([
+        "mcp",
+        "--agent",
+        "a",
+        "--custodian",
+        "c",
+        "--guard-store",
+        "/tmp/x",
+        "--guard-store-kind",
+        "mysql",
+    ]);
+    assert!(bogus.is_err());
     // The guard needs all three of agent, custodian and store.
     assert!(Cli::try_parse_from(["mcp", "--agent", "a"]).is_err());
     assert!(Cli::try_parse_from(["mcp", "--custodian", "c"]).is_err());

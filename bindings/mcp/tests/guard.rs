@@ -1,6 +1,6 @@
 //! C-MCP-1: an envelope in `_meta` is processed before the tool call it
 //! rides; a withdrawn authority stops that very call. Driven in-process by
-//! rmcp's client over a duplex stream, on a durable (redb) receiver.
+//! rmcp's client over a duplex stream, on a durable receiver (the default store).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,7 +10,7 @@ use abhyasa_core::polarity::{PolarityRegistry, ANUMATI_KIND};
 use abhyasa_core::principal::Authorization;
 use abhyasa_core::{AckStatus, AgentId, GovernedKey, Obligation, ObligationId, Timestamp};
 use abhyasa_mcp::{Envelope, EnvelopeReply, GuardReceiver, Guarded, ToolPolicy, ENVELOPE_KEY};
-use abhyasa_store::RedbStore;
+use abhyasa_store::{StoreKind, StoreOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rmcp::model::{
@@ -95,11 +95,13 @@ fn key() -> GovernedKey {
 }
 
 fn open_receiver(path: &Path) -> Arc<Mutex<GuardReceiver>> {
-    let store = RedbStore::open(path).expect("redb");
+    let store = StoreKind::default()
+        .open(path, &StoreOptions::default())
+        .expect("store");
     let r = GuardReceiver::open(
         agent("mail-server"),
         PolarityRegistry::standard(),
-        Box::new(store),
+        store,
         NOW,
     )
     .expect("receiver");
@@ -176,7 +178,7 @@ fn ack_status(r: &CallToolResult) -> Option<AckStatus> {
 async fn c_mcp_1_revocation_in_meta_stops_that_very_call_in_both_lifecycles() {
     for mode in modes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let receiver = open_receiver(&dir.path().join("g.redb"));
+        let receiver = open_receiver(&dir.path().join("guard"));
         let mail = Mail::default();
         let client = connect(&mail, &receiver, "assistant", mode).await;
 
@@ -240,7 +242,7 @@ async fn c_mcp_1_revocation_in_meta_stops_that_very_call_in_both_lifecycles() {
 #[tokio::test]
 async fn c_mcp_1_an_ungoverned_tool_runs_with_the_ack_in_meta() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = open_receiver(&dir.path().join("g.redb"));
+    let receiver = open_receiver(&dir.path().join("guard"));
     let mail = Mail::default();
     let client = connect(
         &mail,
@@ -265,7 +267,7 @@ async fn c_mcp_1_an_ungoverned_tool_runs_with_the_ack_in_meta() {
 #[tokio::test]
 async fn ab_3_redelivery_is_reacked_not_reapplied_and_survives_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("g.redb");
+    let path = dir.path().join("guard");
     let revoke = consent("consent-42", "revoke", 1);
     {
         let receiver = open_receiver(&path);
@@ -331,7 +333,7 @@ async fn ab_3_redelivery_is_reacked_not_reapplied_and_survives_restart() {
 #[tokio::test]
 async fn the_ledger_is_keyed_on_the_custodian() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = open_receiver(&dir.path().join("g.redb"));
+    let receiver = open_receiver(&dir.path().join("guard"));
     let mail = Mail::default();
     let revoke = consent("consent-1", "revoke", 1);
     for custodian in ["alice", "carol"] {
@@ -352,7 +354,7 @@ async fn the_ledger_is_keyed_on_the_custodian() {
 #[tokio::test]
 async fn a_newer_grant_restores_the_tool_and_an_older_revocation_does_not_win() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = open_receiver(&dir.path().join("g.redb"));
+    let receiver = open_receiver(&dir.path().join("guard"));
     let mail = Mail::default();
     let client = connect(
         &mail,
@@ -392,7 +394,7 @@ async fn a_newer_grant_restores_the_tool_and_an_older_revocation_does_not_win() 
 #[tokio::test]
 async fn an_unreadable_envelope_refuses_the_call_and_names_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = open_receiver(&dir.path().join("g.redb"));
+    let receiver = open_receiver(&dir.path().join("guard"));
     let mail = Mail::default();
     let client = connect(
         &mail,

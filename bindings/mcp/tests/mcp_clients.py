@@ -251,7 +251,7 @@ async def main(binary: str) -> int:
         procs = start_nodes(binary, root)
         try:
             for n, era in enumerate(("auto", "legacy")):
-                guard_store = root / f"guard-{era}.redb"
+                guard_store = root / f"guard-{era}"
                 params = StdioServerParameters(
                     command=binary,
                     args=["mcp", "--dir", str(root / "alice"),

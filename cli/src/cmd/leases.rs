@@ -12,64 +12,10 @@
 //! - `warnings`: lease warnings raised when leased grants were offered (a
 //!   term longer than the revocation deadline, `card_deadline_seconds`).
 
-use abhyasa::Node;
-use abhyasa_core::{AgentId, GovernedKey};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::client::{call, print_json, ReadArgs};
-use crate::control::{ControlError, Request};
-
-/// The `leases` control request, answered from the node.
-pub(crate) async fn answer(node: &Node) -> Result<Value, ControlError> {
-    let leases: Vec<Value> = node
-        .leases()
-        .await?
-        .into_iter()
-        .map(|l| {
-            // Keys are held under their issuer: `@<issuer>/<kind>/<target>/<name>`
-            // (C-AZ-2); polarity rules build the `<kind>/<target>/<name>` part.
-            let held = GovernedKey::new(&l.key).ok();
-            let issuer = held.as_ref().and_then(GovernedKey::issuer);
-            let bare = held.as_ref().map_or(l.key.as_str(), |k| k.unqualified());
-            let mut parts = bare.splitn(3, '/');
-            let (kind, target, scope) = (parts.next(), parts.next(), parts.next());
-            let state = match l.state {
-                "granted" => "active",
-                other => other,
-            };
-            json!({
-                "key": l.key,
-                "issuer": issuer.as_ref().map(AgentId::as_str),
-                "kind": kind,
-                "target": target,
-                "scope": scope,
-                "lease_until": l.lease_until.to_rfc3339(),
-                "state": state,
-                "authorized": l.authorized,
-            })
-        })
-        .collect();
-    let renewing: Vec<Value> = node
-        .renewals()
-        .await?
-        .into_iter()
-        .map(|r| {
-            json!({
-                "key": r.key.as_str(),
-                "target": r.target.as_str(),
-                "root": r.root.as_str(),
-                "last": r.last.as_str(),
-                "sequence": r.sequence.0,
-                "term_seconds": r.term_seconds,
-                "renewals": r.renewals,
-                "next_at": r.next_at.to_rfc3339(),
-            })
-        })
-        .collect();
-    let warnings = serde_json::to_value(node.lease_warnings().await?)
-        .map_err(|e| ControlError::internal(e.to_string()))?;
-    Ok(json!({"leases": leases, "renewing": renewing, "warnings": warnings}))
-}
+use crate::control::Request;
 
 /// `abhyasa leases`.
 pub(crate) fn run(a: ReadArgs) -> Result<(), String> {

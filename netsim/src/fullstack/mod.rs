@@ -15,6 +15,7 @@
 //! ```
 
 mod check;
+mod ctx;
 mod host;
 mod report;
 mod run;

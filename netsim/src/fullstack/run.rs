@@ -14,7 +14,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use super::check::{check, check_windows};
-use super::host::{run_host, HostCtx, Planned, Role};
+use super::ctx::{HostCtx, Planned, Role};
+use super::host::run_host;
 use super::report::{RelayReport, RunReport};
 use super::scenario::{Direction, Race, Scenario, TransportKind, RELAY_HOST};
 use super::truth::{lock, splitmix, Truth};

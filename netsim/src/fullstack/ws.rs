@@ -11,7 +11,7 @@ use std::time::Duration;
 use abhyasa_transport::{LinkConfig, Transport};
 use abhyasa_ws::{BoxedIo, IoFuture, StreamIo, WsConfig};
 
-use super::host::{start_err, HostCtx, HostError, Role, PORT};
+use super::ctx::{start_err, HostCtx, HostError, Role, PORT};
 
 struct TurmoilTcp {
     listener: Option<turmoil::net::TcpListener>,

@@ -7,12 +7,9 @@
 //! fail-safe, deadlines and retry budgets not restarted.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/cluster.rs"]
-mod cluster;
-#[path = "../../../abhyasa-store/tests/common/mod.rs"]
-mod common;
+use abhyasa_testkit::pg_backend as backend;
+use abhyasa_testkit::pg_or_skip;
+use abhyasa_testkit::store_world as common;
 
 use std::time::Duration;
 

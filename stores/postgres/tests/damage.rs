@@ -6,12 +6,10 @@
 //! `StoreError::Corrupt` naming the table, never load without the row.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/cluster.rs"]
-mod cluster;
-#[path = "../../../abhyasa-store/tests/common/mod.rs"]
-mod common;
+use abhyasa_testkit::pg_backend as backend;
+use abhyasa_testkit::pg_cluster as cluster;
+use abhyasa_testkit::pg_or_skip;
+use abhyasa_testkit::store_world as common;
 
 use abhyasa_core::custody::{
     Custodian, EffectValue, EffectWrite, LedgerOutcome, LedgerRecord, Record,

@@ -5,12 +5,9 @@
 //! it), so these need `initdb`; they skip, saying so, without it.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "common/backend.rs"]
-mod backend;
-#[path = "common/cluster.rs"]
-mod cluster;
-#[path = "../../../abhyasa-store/tests/common/mod.rs"]
-mod common;
+use abhyasa_testkit::pg_backend as backend;
+use abhyasa_testkit::pg_cluster as cluster;
+use abhyasa_testkit::store_world as common;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -2,10 +2,9 @@
 //! connection leaves of a store.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "common/cluster.rs"]
-mod cluster;
-#[path = "../../../abhyasa-store/tests/common/mod.rs"]
-mod common;
+use abhyasa_testkit::pg_cluster as cluster;
+use abhyasa_testkit::pg_or_skip;
+use abhyasa_testkit::store_world as common;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -42,9 +42,6 @@ use abhyasa_core::wire::Message;
 use abhyasa_core::{Digest, Escalation, Obligation, Timestamp};
 use sha2::{Digest as _, Sha256};
 
-use crate::model::AbhyasaModel;
-use crate::system::State;
-
 /// A `fmt::Write` that feeds a hasher.
 pub(crate) struct Sink(pub(crate) Sha256);
 
@@ -55,18 +52,7 @@ impl fmt::Write for Sink {
     }
 }
 
-/// Computes the fingerprint of `s`.
-pub(crate) fn fingerprint(m: &AbhyasaModel, s: &State) -> u128 {
-    let mut w = Sink(Sha256::new());
-    // Writing into a hasher cannot fail.
-    let _ = write_state(&mut w, m, s);
-    let d = w.0.finalize();
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&d[..16]);
-    u128::from_le_bytes(b)
-}
-
-fn t(x: Timestamp) -> i64 {
+pub(crate) fn t(x: Timestamp) -> i64 {
     x.unix_micros()
 }
 
@@ -83,7 +69,7 @@ fn pending(w: &mut dyn fmt::Write, p: &PendingRecord) -> fmt::Result {
     write!(w, " a{} n{} d{};", p.attempts, t(p.next_at), p.deferred)
 }
 
-fn summary(w: &mut dyn fmt::Write, s: &TerminalSummary) -> fmt::Result {
+pub(crate) fn summary(w: &mut dyn fmt::Write, s: &TerminalSummary) -> fmt::Result {
     write!(
         w,
         "{}#{:x} {:?} dl{} late{};",
@@ -267,11 +253,6 @@ pub(crate) fn principal(w: &mut dyn fmt::Write, p: &PrincipalState) -> fmt::Resu
     write!(w, "|")
 }
 
-/// The principal state a restore from `d` rebuilds.
-pub(crate) fn fold_principal(d: &CustodianSnapshot, m: &AbhyasaModel) -> PrincipalState {
-    fold_principal_in(d, m.weight_range())
-}
-
 /// The principal state a restore from `d` rebuilds, weights clipped to
 /// `range`.
 pub(crate) fn fold_principal_in(d: &CustodianSnapshot, range: WeightRange) -> PrincipalState {
@@ -280,10 +261,6 @@ pub(crate) fn fold_principal_in(d: &CustodianSnapshot, range: WeightRange) -> Pr
         p.apply_write(wr);
     }
     p
-}
-
-fn custodian_snapshot(w: &mut Sink, d: &CustodianSnapshot, m: &AbhyasaModel) -> fmt::Result {
-    custodian_snapshot_in(w, d, m.weight_range())
 }
 
 /// The canonical form of a custodian's durable state.
@@ -332,70 +309,4 @@ pub(crate) fn receiver_snapshot(w: &mut Sink, d: &ReceiverSnapshot) -> fmt::Resu
         record(w, &Record::Intent(Box::new(i.clone())))?;
     }
     write!(w, "|")
-}
-
-fn write_state(w: &mut Sink, m: &AbhyasaModel, s: &State) -> fmt::Result {
-    write!(
-        w,
-        "t{} d{} x{} g{:?}|",
-        s.now, s.duplications_left, s.crashes_left, s.ghost
-    )?;
-
-    let c = &s.custodian;
-    write!(w, "C x{}|", c.crashes_left)?;
-    custodian_snapshot(w, &c.durable, m)?;
-    write!(w, "buf")?;
-    for r in &c.buffer {
-        record(w, r)?;
-    }
-    write!(w, "in{:?}|", c.inputs)?;
-    for o in m.obligations() {
-        let id = o.id();
-        write!(
-            w,
-            "{id}:{} {:?} ",
-            c.live.is_pending(id),
-            c.live.attempts(id)
-        )?;
-        if let Some(x) = c.live.terminal(id) {
-            summary(w, x)?;
-        }
-    }
-    write!(
-        w,
-        "timer{:?} u{} q{}|",
-        c.live.poll_timeout().map(t),
-        c.live.uncommitted_records(),
-        c.live.queued_transmits()
-    )?;
-    principal(w, c.live.principal())?;
-
-    let r = &s.receiver;
-    write!(w, "R x{}|", r.crashes_left)?;
-    receiver_snapshot(w, &r.durable)?;
-    write!(w, "buf")?;
-    for x in &r.buffer {
-        record(w, x)?;
-    }
-    write!(w, "in{:?} prov{:?}|", r.inputs, r.provisional)?;
-    for o in m.obligations() {
-        write!(
-            w,
-            "{}:{:?};",
-            o.id(),
-            r.live.ledger_outcome(m.custodian_id(), o.id())
-        )?;
-    }
-    write!(
-        w,
-        "eff{:?} u{}|",
-        r.live.effects(),
-        r.live.uncommitted_records()
-    )?;
-
-    write!(w, "N")?;
-    for (k, (_, n)) in &s.network.frames {
-        write!(w, "{k}*{n};")?;
-    }
-    Ok(())
 }

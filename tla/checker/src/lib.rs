@@ -28,8 +28,10 @@
 //! TLA+ action to the Rust function it stands for.
 #![forbid(unsafe_code)]
 
+mod checked;
 pub mod config;
 mod encode;
+mod fingerprint;
 pub mod hostile;
 pub mod model;
 pub mod properties;

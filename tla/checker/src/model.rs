@@ -15,10 +15,10 @@ use abhyasa_core::{
     Timestamp,
 };
 use serde_json::json;
-use stateright::{Model, Property};
 
 use crate::config::CheckConfig;
-use crate::encode::{fingerprint, fold_principal};
+use crate::encode::fold_principal_in;
+use crate::fingerprint::{fingerprint, Fixed};
 use crate::system::{
     at, carries_application, flag, CustodianSide, Frame, Ghost, Network, ReceiverSide, State,
 };
@@ -197,6 +197,15 @@ impl AbhyasaModel {
         self.custodian_config.weight_range
     }
 
+    /// What every fingerprint of this model's states is taken with.
+    fn fixed(&self) -> Fixed<'_> {
+        Fixed {
+            range: self.weight_range(),
+            obligations: self.obligations(),
+            custodian: self.custodian_id(),
+        }
+    }
+
     /// Index of an obligation id.
     pub fn index_of(&self, id: &ObligationId) -> Option<usize> {
         self.obligations.iter().position(|o| o.id() == id)
@@ -261,7 +270,7 @@ impl AbhyasaModel {
             crashes_left: self.config.total_crashes,
             fp: 0,
         };
-        s.fp = fingerprint(self, &s);
+        s.fp = fingerprint(&self.fixed(), &s);
         s
     }
 
@@ -506,8 +515,8 @@ impl AbhyasaModel {
         let c_commit = *a == Action::CustodianCommit;
         let (p_old, p_new) = if c_commit {
             (
-                fold_principal(&old.custodian.durable, self),
-                fold_principal(&n.custodian.durable, self),
+                fold_principal_in(&old.custodian.durable, self.weight_range()),
+                fold_principal_in(&n.custodian.durable, self.weight_range()),
             )
         } else {
             Default::default()
@@ -556,7 +565,7 @@ impl AbhyasaModel {
                 n.ghost.flags |= flag::ATTEMPTS_RESET;
             }
         }
-        n.fp = fingerprint(self, &n);
+        n.fp = fingerprint(&self.fixed(), &n);
         n
     }
 }
@@ -603,17 +612,17 @@ impl Applier for ModelApplier<'_> {
     }
 }
 
-impl Model for AbhyasaModel {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
+/// The transitions stateright explores (the [`Model`] impl delegates here).
+impl AbhyasaModel {
+    /// The initial state, inside the configured scope.
+    pub(crate) fn initial_states(&self) -> Vec<State> {
         let mut s = None;
         (self.config.scope)(&mut || s = Some(self.initial()));
         s.into_iter().collect()
     }
 
-    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+    /// The actions enabled in `s`.
+    pub(crate) fn enabled(&self, s: &State, out: &mut Vec<Action>) {
         // A side with uncommitted records commits or crashes next. This is
         // a partial-order reduction, not a restriction: nothing in the
         // buffer is visible to anyone before the commit (write-ahead), so
@@ -701,17 +710,10 @@ impl Model for AbhyasaModel {
         }
     }
 
-    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+    /// The state `a` leads to from `s`, inside the configured scope.
+    pub(crate) fn next(&self, s: &State, a: Action) -> Option<State> {
         let mut out = None;
         (self.config.scope)(&mut || out = self.step(s, &a));
         out
-    }
-
-    fn format_action(&self, a: &Action) -> String {
-        crate::trace::describe_action(self, a)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        crate::properties::all()
     }
 }

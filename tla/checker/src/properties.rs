@@ -10,7 +10,7 @@ use abhyasa_core::principal::{Authorization, PrincipalWrite};
 use abhyasa_core::{DeclinePolicy, DeclineReason, GuardOutcome};
 use stateright::Property;
 
-use crate::encode::fold_principal;
+use crate::encode::fold_principal_in;
 use crate::model::AbhyasaModel;
 use crate::system::{flag, State};
 
@@ -170,7 +170,7 @@ fn effectively_once(m: &AbhyasaModel, s: &State) -> Result<(), String> {
 /// the key of obligation `i`: withheld at its sequence, or something newer
 /// stands.
 fn protected(m: &AbhyasaModel, s: &State, i: usize) -> bool {
-    let p = fold_principal(&s.custodian.durable, m);
+    let p = fold_principal_in(&s.custodian.durable, m.weight_range());
     let seq = Some(abhyasa_core::Sequence(m.sequence(i)));
     p.authorization(m.key(i)).is_some_and(|e| {
         e.sequence > seq || (e.sequence == seq && e.state == Authorization::Withheld)
@@ -439,7 +439,7 @@ pub fn all_admissible_terminal(m: &AbhyasaModel, s: &State) -> bool {
                 || s.custodian.durable.terminal.contains_key(id);
             !m.admissible(i) || !taken || discharged(durable_terminal(s, m, i))
         })
-        && fold_principal(&s.custodian.durable, m)
+        && fold_principal_in(&s.custodian.durable, m.weight_range())
             .decisions()
             .next()
             .is_none()

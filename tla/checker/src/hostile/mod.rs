@@ -20,6 +20,7 @@
 //! never reports that revoke `applied` while the edge holds it (C-OR-2); no
 //! two issuers ever write the same governed key (C-AZ-2).
 
+mod checked;
 pub mod config;
 pub mod model;
 pub mod properties;

@@ -16,7 +16,6 @@ use abhyasa_core::wire::Message;
 use abhyasa_core::{AgentId, Obligation, ObligationId, RetryBackoff, Timestamp};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
-use stateright::{Model, Property};
 
 use super::config::{HostileConfig, SecondIssuer};
 use crate::encode::{custodian_snapshot_in, message, receiver_snapshot, Sink};
@@ -578,17 +577,17 @@ fn take(frames: &mut BTreeMap<String, (HFrame, u8)>, key: &str) -> Option<HFrame
     Some(f)
 }
 
-impl Model for HostileModel {
-    type State = HState;
-    type Action = HAction;
-
-    fn init_states(&self) -> Vec<HState> {
+/// The transitions stateright explores (the [`Model`] impl delegates here).
+impl HostileModel {
+    /// The initial state, inside the configured scope.
+    pub(crate) fn initial_states(&self) -> Vec<HState> {
         let mut s = None;
         (self.config.scope)(&mut || s = Some(self.initial()));
         s.into_iter().collect()
     }
 
-    fn actions(&self, s: &HState, out: &mut Vec<HAction>) {
+    /// The actions enabled in `s`.
+    pub(crate) fn enabled(&self, s: &HState, out: &mut Vec<HAction>) {
         let now = self.now(s);
         if s.now < self.config.offer_window_seconds {
             for i in 0..self.obligations.len() {
@@ -629,17 +628,10 @@ impl Model for HostileModel {
         }
     }
 
-    fn next_state(&self, s: &HState, a: HAction) -> Option<HState> {
+    /// The state `a` leads to from `s`, inside the configured scope.
+    pub(crate) fn next(&self, s: &HState, a: HAction) -> Option<HState> {
         let mut out = None;
         (self.config.scope)(&mut || out = self.step(s, &a));
         out
-    }
-
-    fn format_action(&self, a: &HAction) -> String {
-        super::trace::describe_action(self, a)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        super::properties::all()
     }
 }

@@ -119,7 +119,7 @@ impl Cluster {
             dir,
             bin,
             // Told to postgres on its command line before it binds.
-            port: abhyasa_testkit::loopback_port(),
+            port: crate::loopback_port(),
         };
         let c = Cluster {
             url: format!("postgres://postgres@127.0.0.1:{}/postgres", c.port),
@@ -220,7 +220,7 @@ pub fn url() -> Option<&'static str> {
 #[macro_export]
 macro_rules! pg_or_skip {
     () => {
-        match $crate::cluster::url() {
+        match $crate::pg_cluster::url() {
             Some(u) => u,
             None => {
                 eprintln!("SKIPPED: no PostgreSQL (ABHYASA_PG_URL unset and no initdb)");

@@ -1,6 +1,5 @@
 //! Strategies for arbitrary obligations, shared by the core's round-trip
-//! properties and the store properties (C-T-5; `abhyasa-store/tests/props.rs`
-//! includes this file by path).
+//! properties and the store properties (C-T-5).
 //!
 //! The generators aim at what broke or could break a codec: numbers across
 //! the whole f64 range (subnormals, ±0, integral doubles at and past 2^53,
@@ -8,7 +7,6 @@
 //! patterns), integers past the I-JSON range, strings with control
 //! characters, quotes, backslashes, U+2028 and astral-plane characters,
 //! nesting, and every offset form of an RFC 3339 timestamp.
-#![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 
@@ -290,13 +288,21 @@ pub fn created_at_in_range(t: Timestamp) -> bool {
 /// The fields of an obligation before the builder sees them.
 #[derive(Clone, Debug)]
 pub struct Spec {
+    /// `obligation_id`.
     pub id: String,
+    /// `kind`.
     pub kind: String,
+    /// `target`.
     pub target: String,
+    /// `payload`.
     pub payload: Map<String, Value>,
+    /// `deadline_seconds`.
     pub deadline_seconds: i64,
+    /// `max_retries`.
     pub max_retries: i64,
+    /// `created_at`.
     pub created_at: Timestamp,
+    /// `sequence`, if any.
     pub sequence: Option<u64>,
 }
 
@@ -406,10 +412,15 @@ pub fn wide_integer_paths(payload: &Map<String, Value>) -> Vec<String> {
 /// ones; never fewer than the value needs).
 #[derive(Clone, Debug)]
 pub struct Rfc3339Form {
+    /// Minutes east of UTC; `None` writes `Z`.
     pub offset_minutes: Option<i32>,
+    /// Lower-case `t` and `z`.
     pub lower_case: bool,
+    /// A space instead of `T`.
     pub space: bool,
+    /// `-00:00` for a zero offset.
     pub minus_zero: bool,
+    /// Fractional digits written.
     pub digits: usize,
 }
 

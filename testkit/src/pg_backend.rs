@@ -1,5 +1,5 @@
-//! `PgStore` behind the embedded stores' test interface (`Backend` of
-//! abhyasa-store's tests/common), so the shared two-node `World` drives the
+//! `PgStore` behind the embedded stores' test interface ([`Backend`] of
+//! `store_world`), so the shared two-node `World` drives the
 //! real custodian and receiver through PostgreSQL, with crash points and
 //! restarts (close and reopen, as on sled and redb).
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
@@ -11,7 +11,7 @@ use abhyasa_core::store::{Committed, CrashTiming, Store, StoreError};
 use abhyasa_core::{AgentId, Timestamp};
 use abhyasa_pg::{PgOptions, PgStore, Takeover};
 
-use crate::common::{Backend, Kind};
+use crate::store_world::{Backend, Kind};
 
 /// Options for tests: a fixed holder (a reopen takes the partition back at
 /// once), a long lease, no renewal thread (commits renew).
@@ -122,15 +122,15 @@ impl Backend for PgBackend {
 
 /// A two-node world on PostgreSQL: custodian and receiver each in their
 /// own partition of the shared database.
-pub fn pg_world(url: &str, name: &str) -> crate::common::World {
-    crate::common::World::with_backends(
+pub fn pg_world(url: &str, name: &str) -> crate::store_world::World {
+    crate::store_world::World::with_backends(
         Box::new(PgBackend::new(
             url,
-            crate::cluster::partition(&format!("{name}-c")),
+            crate::pg_cluster::partition(&format!("{name}-c")),
         )),
         Box::new(PgBackend::new(
             url,
-            crate::cluster::partition(&format!("{name}-r")),
+            crate::pg_cluster::partition(&format!("{name}-r")),
         )),
     )
 }

@@ -1,9 +1,9 @@
-//! What a benchmark reads of its own process from `/proc` (Linux): shared
-//! by `store_bench` and the node's `throughput` example through `#[path]`.
+//! What a benchmark reads of its own process from `/proc` (Linux), for
+//! `abhyasa-store`'s `store_bench` and the node's `throughput` example.
 
 /// CPU time (user + system) of this process so far, in seconds, from
 /// `/proc/self/stat` (10 ms ticks); NaN where there is none.
-pub(crate) fn cpu_secs() -> f64 {
+pub fn cpu_secs() -> f64 {
     std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|s| {
