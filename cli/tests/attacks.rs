@@ -748,8 +748,8 @@ fn spawn_limited(dir: &Path, nofile: u32) -> std::process::Child {
 /// A QUIC client config with a fresh identity no node pins, expecting
 /// the node's certificate `fingerprint` (as a pinned peer would).
 fn anonymous_quic_client(node: &str, fingerprint: &str) -> quinn::ClientConfig {
-    let me =
-        abhyasa_identity::generate_identity(&abhyasa_core::AgentId::new("stranger").unwrap()).unwrap();
+    let me = abhyasa_identity::generate_identity(&abhyasa_core::AgentId::new("stranger").unwrap())
+        .unwrap();
     let tls = abhyasa_identity::dangerous_pinned_client_tls(
         &me,
         &abhyasa_core::AgentId::new(node).unwrap(),

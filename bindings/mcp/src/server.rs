@@ -124,13 +124,9 @@ impl McpArgs {
                     .guard_store_kind
                     .open(store, &StoreOptions::default())
                     .map_err(|e| format!("--guard-store {}: {e}", store.display()))?;
-                let receiver = GuardReceiver::open(
-                    agent,
-                    PolarityRegistry::standard(),
-                    store,
-                    system_now(),
-                )
-                .map_err(|e| format!("guard: {e}"))?;
+                let receiver =
+                    GuardReceiver::open(agent, PolarityRegistry::standard(), store, system_now())
+                        .map_err(|e| format!("guard: {e}"))?;
                 let receiver = match &self.authority {
                     Some(p) => {
                         let mut authority = AuthorityPolicy::default();
